@@ -1,0 +1,37 @@
+# ego_assets: `make demo` runs the whole platform on local files; `make test` checks it.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+
+.PHONY: install test lint demo dev bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy ego_assets
+
+test: lint
+	$(BIN)/dagster definitions validate -w workspace.yaml
+	$(BIN)/pytest -n 2 -q
+
+demo: $(STAMP)
+	$(BIN)/ego-assets demo --data ./data
+
+dev: $(STAMP)
+	mkdir -p $(DAGSTER_HOME)
+	$(BIN)/dagster dev -w workspace.yaml
+
+bench: $(STAMP)
+	$(BIN)/python -m bench normalize --json bench/results/normalize.json
+
+clean:
+	rm -rf data .dagster_home

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench <name> [--json FILE]`, each printing a table."""

@@ -1,0 +1,29 @@
+"""Run one benchmark: ``python -m bench <name> [options]`` (``normalize``, ``quality``...).
+
+Each benchmark is a module ``bench/<name>.py`` with ``main(argv) -> int``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+
+def _available() -> list[str]:
+    here = Path(__file__).parent
+    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_"))
+
+
+def main(argv: list[str]) -> int:
+    names = _available()
+    if not argv or argv[0] not in names:
+        print(f"usage: python -m bench {{{','.join(names)}}} [--json FILE]", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"bench.{argv[0]}")
+    return int(module.main(argv[1:]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

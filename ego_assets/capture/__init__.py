@@ -1,0 +1,32 @@
+"""Capture readers: one per source kind, each turning a raw folder into a `Trajectory`."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from ego_assets.capture.files import CaptureFiles, read_marker
+from ego_assets.keys import validate_capture_key
+from ego_assets.trajectory.model import Trajectory
+
+# marker kind -> (module, reader function); each reader is (CaptureFiles, marker) -> Trajectory
+READERS = {
+    "holos": ("ego_assets.capture.holos", "read_holos"),
+    "webxr": ("ego_assets.capture.webxr", "read_webxr"),
+    "mano_video": ("ego_assets.capture.mano_video", "read_mano_video"),
+    "aria_mps": ("ego_assets.capture.aria_mps", "read_aria_mps"),
+}
+
+
+def read_capture(capture: str, folder: Path) -> Trajectory:
+    """Read the raw capture in ``folder`` (its marker names the kind) into a `Trajectory`.
+
+    Raises:
+        CaptureFormatError: malformed input, naming capture, file, field and row.
+    """
+    files = CaptureFiles(validate_capture_key(capture), Path(folder))
+    marker = read_marker(files)
+    module_name, func = READERS[marker["kind"]]
+    reader = getattr(importlib.import_module(module_name), func)
+    trajectory: Trajectory = reader(files, marker)
+    return trajectory

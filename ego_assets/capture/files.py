@@ -1,0 +1,230 @@
+"""Safe access to the files of one raw capture folder, with errors that say where.
+
+Every reader goes through `CaptureFiles`: it resolves untrusted relative names inside
+the capture folder (no absolute paths, no ``..``, no symlink leaving the folder), and
+reads CSV (pyarrow), JSON and JSON Lines, turning every parse failure into a
+`CaptureFormatError` naming capture, file, field and row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from ego_assets.errors import CaptureFormatError
+
+MARKER_FILE = "ego_capture.json"
+MARKER_FORMAT = "ego-capture-marker"
+MARKER_VERSION = 1
+CAPTURE_KINDS = ("holos", "webxr", "mano_video", "aria_mps")
+
+_ROW_RE = re.compile(r"[Rr]ow #(\d+)")
+_COL_RE = re.compile(r"column #(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureFiles:
+    """The files of one capture folder.
+
+    Attributes:
+        capture: capture key (for error messages).
+        root: the capture folder.
+    """
+
+    capture: str
+    root: Path
+
+    def error(
+        self, file: str, message: str, *, field: str | None = None, row: int | None = None
+    ) -> CaptureFormatError:
+        """A `CaptureFormatError` for this capture."""
+        return CaptureFormatError(self.capture, file, message, field=field, row=row)
+
+    def path(self, rel: str, *, must_exist: bool = True) -> Path:
+        """Resolve ``rel`` inside the capture folder, refusing anything that escapes it."""
+        pure = PurePosixPath(rel)
+        if pure.is_absolute() or ".." in pure.parts or "\\" in rel or not rel:
+            raise self.error(rel, "file name escapes the capture folder")
+        path = self.root.joinpath(*pure.parts)
+        root = self.root.resolve()
+        if path.is_symlink() or path.exists():
+            resolved = path.resolve()
+            if resolved != root and root not in resolved.parents:
+                raise self.error(rel, "symlink points outside the capture folder")
+        if must_exist:
+            if not path.is_file():
+                raise self.error(rel, "file is missing")
+            if path.stat().st_size == 0:
+                raise self.error(rel, "file is empty")
+        return path
+
+    def exists(self, rel: str) -> bool:
+        """True when ``rel`` is a regular file inside the folder (after the safety checks)."""
+        return self.path(rel, must_exist=False).is_file()
+
+    def list_files(self) -> list[str]:
+        """Every file below the folder as sorted POSIX relative paths (symlinks checked)."""
+        out = []
+        for p in sorted(self.root.rglob("*")):
+            rel = p.relative_to(self.root).as_posix()
+            if p.is_symlink():
+                self.path(rel, must_exist=False)
+            if p.is_file():
+                out.append(rel)
+        return out
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self.path(rel).read_bytes()
+
+    def read_json(self, rel: str) -> Any:
+        """Parse a JSON document; a syntax error names its line as the row."""
+        text = self.path(rel).read_text(encoding="utf-8", errors="strict")
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise self.error(rel, f"malformed JSON: {exc.msg} (column {exc.colno})", row=exc.lineno)
+
+    def read_json_lines(self, rel: str) -> list[Any]:
+        """Parse JSON Lines; the row of an error is the 1-based line number."""
+        records = []
+        with self.path(rel).open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise self.error(rel, f"malformed JSON line: {exc.msg}", row=lineno)
+        if not records:
+            raise self.error(rel, "file has no records")
+        return records
+
+    def read_csv(
+        self,
+        rel: str,
+        columns: Sequence[str],
+        types: Mapping[str, pa.DataType],
+        *,
+        default_type: pa.DataType | None = None,
+        optional: Sequence[str] = (),
+        threads: bool = False,
+    ) -> pa.Table:
+        """Read a CSV whose header must be exactly ``columns`` (+ any of ``optional``).
+
+        Args:
+            rel: relative file name.
+            columns: required header, in order.
+            types: Arrow type per column; others get ``default_type`` (float64 if None).
+            optional: columns that may follow the required ones.
+            threads: let pyarrow parse with several threads.
+
+        Returns:
+            The table; a wrong header, a bad value or a short row raise
+            `CaptureFormatError` naming the field and the 1-based data row.
+        """
+        path = self.path(rel)
+        with path.open("rb") as fh:
+            header_line = fh.readline().decode("utf-8", errors="replace").strip()
+        header = header_line.split(",")
+        expected = list(columns)
+        if header[: len(expected)] != expected or not set(header[len(expected) :]) <= set(
+            optional
+        ):
+            missing = [c for c in expected if c not in header]
+            extra = [c for c in header if c not in expected and c not in optional]
+            if missing:
+                raise self.error(rel, "missing column", field=missing[0], row=0)
+            if extra:
+                raise self.error(rel, "unexpected column", field=extra[0], row=0)
+            raise self.error(rel, "columns are out of order", field=header[0], row=0)
+        default = default_type or pa.float64()
+        column_types = {c: types.get(c, default) for c in header}
+        try:
+            table = pacsv.read_csv(
+                path,
+                read_options=pacsv.ReadOptions(use_threads=threads, block_size=1 << 24),
+                parse_options=pacsv.ParseOptions(newlines_in_values=False),
+                convert_options=pacsv.ConvertOptions(
+                    column_types=column_types, strings_can_be_null=False, quoted_strings_can_be_null=False
+                ),
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise self._csv_error(rel, header, str(exc)) from None
+        if table.num_rows == 0:
+            raise self.error(rel, "file has a header but no rows")
+        for name in header:
+            col = table.column(name)
+            if col.null_count:
+                row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0]) + 1
+                raise self.error(rel, "empty value", field=name, row=row)
+        return table
+
+    def _csv_error(self, rel: str, header: list[str], message: str) -> CaptureFormatError:
+        col = _COL_RE.search(message)
+        row = _ROW_RE.search(message)
+        field = header[int(col.group(1))] if col and int(col.group(1)) < len(header) else None
+        row_no = int(row.group(1)) - 1 if row else None  # pyarrow counts the header line
+        if row_no is None and "Expected" in message:
+            row_no = _short_row(self.root / rel, len(header))
+        detail = message.splitlines()[0]
+        detail = re.sub(r"^In CSV column #\d+: Row #\d+: ", "", detail)
+        return self.error(rel, f"malformed CSV: {detail}", field=field, row=row_no)
+
+
+def _short_row(path: Path, n_columns: int) -> int | None:
+    """1-based data row of the first line whose field count is not ``n_columns``."""
+    with path.open("rb") as fh:
+        next(fh, None)
+        for i, line in enumerate(fh, start=1):
+            if line.strip() and line.count(b",") + 1 != n_columns:
+                return i
+    return None
+
+
+def column_block(table: pa.Table, names: Sequence[str], dtype: str = "float64") -> np.ndarray:
+    """(T, len(names)) array of the named columns, one vectorized copy per column."""
+    out = np.empty((table.num_rows, len(names)), dtype=dtype)
+    for i, name in enumerate(names):
+        out[:, i] = table.column(name).to_numpy()
+    return out
+
+
+def read_marker(files: CaptureFiles) -> dict[str, Any]:
+    """The completion marker ``ego_capture.json``, validated."""
+    marker = files.read_json(MARKER_FILE)
+    if not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT:
+        raise files.error(MARKER_FILE, f"not an {MARKER_FORMAT} document", field="format")
+    if marker.get("version") != MARKER_VERSION:
+        raise files.error(
+            MARKER_FILE, f"unknown marker version {marker.get('version')!r}", field="version"
+        )
+    if marker.get("kind") not in CAPTURE_KINDS:
+        raise files.error(
+            MARKER_FILE, f"kind must be one of {CAPTURE_KINDS}, got {marker.get('kind')!r}", field="kind"
+        )
+    return marker
+
+
+def require(
+    files: CaptureFiles, rel: str, doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...]
+) -> Any:
+    """``doc[key]``, checked to exist and be of ``kind`` (bools are not numbers)."""
+    if not isinstance(doc, Mapping) or key not in doc:
+        raise files.error(rel, "missing field", field=key)
+    value = doc[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise files.error(rel, f"expected {kinds[0].__name__}, got a boolean", field=key)
+    if not isinstance(value, kinds):
+        raise files.error(
+            rel, f"expected {kinds[0].__name__}, got {type(value).__name__}", field=key
+        )
+    return value
