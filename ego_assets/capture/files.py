@@ -90,7 +90,8 @@ class CaptureFiles:
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
-            raise self.error(rel, f"malformed JSON: {exc.msg} (column {exc.colno})", row=exc.lineno)
+            message = f"malformed JSON: {exc.msg} (column {exc.colno})"
+            raise self.error(rel, message, row=exc.lineno) from None
 
     def read_json_lines(self, rel: str) -> list[Any]:
         """Parse JSON Lines; the row of an error is the 1-based line number."""
@@ -102,7 +103,8 @@ class CaptureFiles:
                 try:
                     records.append(json.loads(line))
                 except json.JSONDecodeError as exc:
-                    raise self.error(rel, f"malformed JSON line: {exc.msg}", row=lineno)
+                    message = f"malformed JSON line: {exc.msg}"
+                    raise self.error(rel, message, row=lineno) from None
         if not records:
             raise self.error(rel, "file has no records")
         return records
@@ -135,9 +137,7 @@ class CaptureFiles:
             header_line = fh.readline().decode("utf-8", errors="replace").strip()
         header = header_line.split(",")
         expected = list(columns)
-        if header[: len(expected)] != expected or not set(header[len(expected) :]) <= set(
-            optional
-        ):
+        if header[: len(expected)] != expected or not set(header[len(expected) :]) <= set(optional):
             missing = [c for c in expected if c not in header]
             extra = [c for c in header if c not in expected and c not in optional]
             if missing:
@@ -153,7 +153,9 @@ class CaptureFiles:
                 read_options=pacsv.ReadOptions(use_threads=threads, block_size=1 << 24),
                 parse_options=pacsv.ParseOptions(newlines_in_values=False),
                 convert_options=pacsv.ConvertOptions(
-                    column_types=column_types, strings_can_be_null=False, quoted_strings_can_be_null=False
+                    column_types=column_types,
+                    strings_can_be_null=False,
+                    quoted_strings_can_be_null=False,
                 ),
             )
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -208,7 +210,9 @@ def read_marker(files: CaptureFiles) -> dict[str, Any]:
         )
     if marker.get("kind") not in CAPTURE_KINDS:
         raise files.error(
-            MARKER_FILE, f"kind must be one of {CAPTURE_KINDS}, got {marker.get('kind')!r}", field="kind"
+            MARKER_FILE,
+            f"kind must be one of {CAPTURE_KINDS}, got {marker.get('kind')!r}",
+            field="kind",
         )
     return marker
 

@@ -342,5 +342,6 @@ class TrajectoryHeader:
                 f"capture.json model_version {data.get('model_version')!r}, "
                 f"this code reads {MODEL_VERSION!r}"
             )
-        body = {k: v for k, v in data.items() if k not in ("model_version", "streams")}
+        derived = ("model_version", "streams", "duration_s")
+        body = {k: v for k, v in data.items() if k not in derived}
         return from_jsonable(cls, body)

@@ -62,16 +62,18 @@ def _decode(tp: Any, data: Any, where: str) -> Any:
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
-        hints = _hints(tp)
+        hints = _hints(typing.cast(type, tp))
         kwargs = {k: _decode(hints[k], v, f"{where}.{k}") for k, v in data.items()}
-        return tp(**kwargs)
+        return typing.cast(Any, tp)(**kwargs)
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(data, list | tuple):
             raise TypeError(f"{where}: expected a list, got {type(data).__name__}")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(data))
-        return tuple(_decode(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, data)))
+        return tuple(
+            _decode(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, data, strict=True))
+        )
     if origin in (Mapping, dict, typing.Mapping) or tp is dict:
         args = typing.get_args(tp) or (str, Any)
         if not isinstance(data, Mapping):

@@ -128,33 +128,42 @@ def atomic_directory(target: Path) -> Iterator[Path]:
         raise
 
 
+def write_trajectory_files(trajectory: Trajectory, folder: Path) -> None:
+    """Write ``trajectory`` into the existing, empty ``folder`` (not atomic on its own)."""
+    folder = Path(folder)
+    (folder / STREAMS_DIR).mkdir()
+    index = []
+    for stream in sorted(trajectory.streams, key=lambda s: s.name):
+        file_name = stream_file_name(stream.name)
+        pq.write_table(
+            stream_to_table(stream),
+            folder / STREAMS_DIR / file_name,
+            compression=PARQUET_COMPRESSION,
+            write_statistics=False,
+        )
+        index.append(
+            {
+                "name": stream.name,
+                "kind": stream.kind,
+                "file": f"{STREAMS_DIR}/{file_name}",
+                "rows": len(stream),
+                "t_first": float(stream.time.min()) if len(stream) else None,
+                "t_last": float(stream.time.max()) if len(stream) else None,
+                "dims": stream.dims(),
+                "attrs": dict(stream.attrs),
+            }
+        )
+    header: dict[str, Any] = trajectory.header_to_dict()
+    header["streams"] = index
+    header["duration_s"] = trajectory.duration_s
+    (folder / CAPTURE_JSON).write_text(json.dumps(header, indent=1, sort_keys=True) + "\n")
+
+
 def write_trajectory(trajectory: Trajectory, folder: Path) -> Path:
     """Write ``trajectory`` to ``folder`` atomically; return ``folder``."""
     folder = Path(folder)
     with atomic_directory(folder) as tmp:
-        (tmp / STREAMS_DIR).mkdir()
-        index = []
-        for stream in sorted(trajectory.streams, key=lambda s: s.name):
-            file_name = stream_file_name(stream.name)
-            pq.write_table(
-                stream_to_table(stream),
-                tmp / STREAMS_DIR / file_name,
-                compression=PARQUET_COMPRESSION,
-                write_statistics=False,
-            )
-            index.append(
-                {
-                    "name": stream.name,
-                    "kind": stream.kind,
-                    "file": f"{STREAMS_DIR}/{file_name}",
-                    "rows": len(stream),
-                    "dims": stream.dims(),
-                    "attrs": dict(stream.attrs),
-                }
-            )
-        header: dict[str, Any] = trajectory.header_to_dict()
-        header["streams"] = index
-        (tmp / CAPTURE_JSON).write_text(json.dumps(header, indent=1, sort_keys=True) + "\n")
+        write_trajectory_files(trajectory, tmp)
     return folder
 
 

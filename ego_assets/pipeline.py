@@ -1,0 +1,88 @@
+"""The per-capture steps as plain functions over a `Storage`: what the assets and CLI call.
+
+* `ingest_raw`: landing -> immutable raw copy + manifest (idempotent: an existing
+  raw copy is kept as it is).
+* `normalize`: raw copy -> canonical trajectory, skipped when the stored trajectory
+  was made from the same raw content by the same normalizer version.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ego_assets.capture import read_capture
+from ego_assets.capture.files import CaptureFiles
+from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest, copy_capture
+from ego_assets.storage import Storage
+from ego_assets.trajectory.store import CAPTURE_JSON, write_trajectory_files
+
+NORMALIZER_VERSION = "normalize-1"
+LINEAGE_FILE = "lineage.json"
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What a step did: its data version, whether it reused a stored result, figures."""
+
+    key: str
+    data_version: str
+    reused: bool
+    figures: dict[str, float | int | str]
+
+
+def ingest_raw(storage: Storage, key: str) -> StepResult:
+    """Copy ``landing/<key>`` to ``raw/<key>`` with a SHA-256 manifest (once)."""
+    target = storage.stage_path("raw", key)
+    manifest_path = target / MANIFEST_FILE
+    if manifest_path.exists():
+        manifest = RawManifest.from_json(manifest_path.read_text())
+        return StepResult(key, manifest.content_sha256, True, _raw_figures(manifest))
+    with (
+        storage.read_dir(storage.landing_path(key)) as landing,
+        storage.write_dir("raw", key, index_file=MANIFEST_FILE) as stage,
+    ):
+        manifest = copy_capture(CaptureFiles(key, landing), stage)
+    return StepResult(key, manifest.content_sha256, False, _raw_figures(manifest))
+
+
+def _raw_figures(manifest: RawManifest) -> dict[str, float | int | str]:
+    return {"kind": manifest.kind, "files": len(manifest.files), "bytes": manifest.total_bytes}
+
+
+def normalize(storage: Storage, key: str) -> StepResult:
+    """Read ``raw/<key>`` into the canonical model and store it in ``trajectory/<key>``."""
+    raw = storage.stage_path("raw", key)
+    manifest = RawManifest.from_json((raw / MANIFEST_FILE).read_text())
+    version = f"{NORMALIZER_VERSION}:{manifest.content_sha256}"
+    lineage_path = storage.stage_path("trajectory", key) / LINEAGE_FILE
+    if (
+        lineage_path.exists()
+        and json.loads(lineage_path.read_text()).get("data_version") == version
+    ):
+        header = json.loads((storage.stage_path("trajectory", key) / CAPTURE_JSON).read_text())
+        return StepResult(key, version, True, _trajectory_figures(header))
+    with storage.read_dir(raw) as raw_dir:
+        trajectory = read_capture(key, raw_dir)
+    with storage.write_dir("trajectory", key, index_file=LINEAGE_FILE) as stage:
+        write_trajectory_files(trajectory, stage)
+        lineage = {"data_version": version, "raw_content_sha256": manifest.content_sha256}
+        (stage / LINEAGE_FILE).write_text(json.dumps(lineage, sort_keys=True) + "\n")
+        header = json.loads((stage / CAPTURE_JSON).read_text())
+    return StepResult(key, version, False, _trajectory_figures(header))
+
+
+def _trajectory_figures(header: dict) -> dict[str, float | int | str]:
+    streams = header["streams"]
+    return {
+        "source_kind": header["info"]["source_kind"],
+        "duration_s": round(float(header["duration_s"]), 3),
+        "streams": len(streams),
+        "samples": int(sum(s["rows"] for s in streams)),
+    }
+
+
+def trajectory_dir(storage: Storage, key: str) -> Path:
+    """Local path of a stored trajectory (local storage only)."""
+    return Path(storage.stage_path("trajectory", key).path)
