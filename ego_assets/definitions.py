@@ -1,0 +1,34 @@
+"""Dagster entry point: `dagster dev -w workspace.yaml` loads `defs`."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from ego_assets.defs.ingest import raw_capture, trajectory
+from ego_assets.defs.resources import StorageResource
+from ego_assets.defs.sensors import capture_job, landing_sensor
+
+ASSETS = [raw_capture, trajectory]
+
+
+def build_defs(storage: StorageResource) -> dg.Definitions:
+    """Definitions with the given storage (tests and the demo pass their own)."""
+    return dg.Definitions(
+        assets=ASSETS,
+        jobs=[capture_job],
+        sensors=[landing_sensor],
+        resources={"storage": storage},
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """Storage from EGO_DATA_DIR / EGO_LANDING_DIR / EGO_S3_ENDPOINT_URL (read at load)."""
+    storage = StorageResource(
+        root=os.environ.get("EGO_DATA_DIR", "data"),
+        landing=os.environ.get("EGO_LANDING_DIR") or None,
+        endpoint_url=os.environ.get("EGO_S3_ENDPOINT_URL") or None,
+    )
+    return build_defs(storage)

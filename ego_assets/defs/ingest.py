@@ -1,0 +1,40 @@
+"""Assets raw_capture and trajectory: thin wrappers over `ego_assets.pipeline`."""
+
+import dagster as dg
+
+from ego_assets import pipeline
+from ego_assets.defs.episodes import backfill_policy, materialize_each
+from ego_assets.defs.partitions import captures_partitions
+from ego_assets.defs.resources import StorageResource
+
+
+@dg.asset(
+    partitions_def=captures_partitions,
+    backfill_policy=backfill_policy,
+    group_name="capture",
+    kinds={"python", "files"},
+    code_version="raw-1",
+    description="Immutable copy of a landed capture plus manifest.json (SHA-256 of every file).",
+)
+def raw_capture(
+    context: dg.AssetExecutionContext, storage: StorageResource
+) -> dg.MaterializeResult:
+    store = storage.get_storage()
+    return materialize_each(context, lambda key: pipeline.ingest_raw(store, key))
+
+
+@dg.asset(
+    partitions_def=captures_partitions,
+    backfill_policy=backfill_policy,
+    deps=[raw_capture],
+    group_name="capture",
+    kinds={"python", "parquet"},
+    code_version=pipeline.NORMALIZER_VERSION,
+    description=(
+        "Canonical trajectory: one Parquet file per stream, each on its own clock, "
+        "plus capture.json (conventions, annotations, media timing)."
+    ),
+)
+def trajectory(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.get_storage()
+    return materialize_each(context, lambda key: pipeline.normalize(store, key))
