@@ -154,6 +154,7 @@ class CaptureFiles:
                 parse_options=pacsv.ParseOptions(newlines_in_values=False),
                 convert_options=pacsv.ConvertOptions(
                     column_types=column_types,
+                    null_values=[""],  # "nan"/"inf" are float values (kept, flagged)
                     strings_can_be_null=False,
                     quoted_strings_can_be_null=False,
                 ),

@@ -312,12 +312,12 @@ def sample_flags(timestamp_ns: np.ndarray, fields: Mapping[str, np.ndarray]) -> 
     flags = np.zeros(n, np.uint8)
     if n > 1:
         step = np.diff(timestamp_ns)
-        flags[1:][step == 0] |= SampleFlag.DUPLICATE_TIMESTAMP
-        flags[1:][step < 0] |= SampleFlag.BACKWARDS_TIMESTAMP
+        flags[1:][step == 0] |= np.uint8(SampleFlag.DUPLICATE_TIMESTAMP)
+        flags[1:][step < 0] |= np.uint8(SampleFlag.BACKWARDS_TIMESTAMP)
     for arr in fields.values():
         if arr.dtype.kind == "f" and n:
             bad = ~np.isfinite(arr.reshape(n, -1)).all(axis=1)
-            flags[bad] |= SampleFlag.NON_FINITE
+            flags[bad] |= np.uint8(SampleFlag.NON_FINITE)
     return flags
 
 
