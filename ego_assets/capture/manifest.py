@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ego_assets.capture.files import MARKER_FILE, CaptureFiles, read_marker
+from ego_assets.capture.files import (
+    CAPTURE_KINDS,
+    MARKER_FILE,
+    MARKER_FORMAT,
+    MARKER_VERSION,
+    CaptureFiles,
+    read_marker,
+)
 from ego_assets.trajectory.records import from_jsonable, to_jsonable
 
 MANIFEST_FILE = "manifest.json"
@@ -61,6 +68,40 @@ class RawManifest:
         body = json.loads(text)
         body.pop("content_sha256", None)
         return from_jsonable(cls, body)
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 hex digest of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_marker(folder: Path, kind: str) -> Path:
+    """Write the completion marker of a capture folder, declaring every file in it.
+
+    Call it last, after every other file is in place (what an uploader does).
+    """
+    if kind not in CAPTURE_KINDS:
+        raise ValueError(f"kind must be one of {CAPTURE_KINDS}, got {kind!r}")
+    folder = Path(folder)
+    entries = [
+        {
+            "path": p.relative_to(folder).as_posix(),
+            "bytes": p.stat().st_size,
+            "sha256": file_sha256(p),
+        }
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MARKER_FILE
+    ]
+    marker = {"format": MARKER_FORMAT, "version": MARKER_VERSION, "kind": kind, "files": entries}
+    path = folder / MARKER_FILE
+    tmp = path.with_name(f".{MARKER_FILE}.tmp")
+    tmp.write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+    return path
 
 
 def _copy_hashing(src: Path, dest: Path) -> tuple[int, str]:

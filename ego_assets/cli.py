@@ -1,0 +1,103 @@
+"""`ego-assets`: the platform's library for people without a running Dagster.
+
+Commands:
+    synth    write a synthetic capture of one kind (deterministic per seed)
+    convert  read one capture folder into a canonical trajectory folder
+    inspect  print the streams of a trajectory folder
+    demo     run the whole platform on ./data with a local Dagster instance
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from ego_assets.errors import CaptureFormatError, CaptureKeyError
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from ego_assets.synth import synthesize
+
+    faults = [f for f in (args.faults or "").split(",") if f]
+    path = synthesize(
+        args.kind, Path(args.out), seconds=args.seconds, seed=args.seed, faults=faults
+    )
+    print(path)
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from ego_assets.capture import read_capture
+    from ego_assets.trajectory.store import write_trajectory
+
+    capture = Path(args.capture)
+    key = args.key or capture.name
+    trajectory = read_capture(key, capture)
+    write_trajectory(trajectory, Path(args.out))
+    print(f"{key}: {len(trajectory.streams)} streams, {trajectory.duration_s:.2f} s -> {args.out}")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from ego_assets.trajectory.store import read_header
+
+    header, index = read_header(Path(args.trajectory))
+    info = header.info
+    print(f"{info.capture_id}  {info.source_kind}  frame={info.world_frame} up={info.up_axis}")
+    for entry in index:
+        rate = entry["attrs"].get("nominal_rate_hz", "")
+        print(f"  {entry['name']:<32} {entry['kind']:<18} rows={entry['rows']:<7} {rate}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ego_assets.defs.demo import run_demo
+
+    return run_demo(Path(args.data), seconds=args.seconds)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ego-assets", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    synth = sub.add_parser("synth", help="write a synthetic capture")
+    synth.add_argument(
+        "--kind", required=True, choices=["holos-visionpro", "holos-iphone", "webxr", "mano-video"]
+    )
+    synth.add_argument("--seconds", type=float, default=10.0)
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--faults", default="", help="comma-separated fault options")
+    synth.add_argument("out", help="capture folder to create")
+    synth.set_defaults(func=_synth)
+
+    convert = sub.add_parser("convert", help="capture folder -> trajectory folder")
+    convert.add_argument("capture")
+    convert.add_argument("out")
+    convert.add_argument("--key", help="capture key (default: folder name)")
+    convert.set_defaults(func=_convert)
+
+    inspect = sub.add_parser("inspect", help="list the streams of a trajectory folder")
+    inspect.add_argument("trajectory")
+    inspect.set_defaults(func=_inspect)
+
+    demo = sub.add_parser("demo", help="run the platform on local files")
+    demo.add_argument("--data", default="data")
+    demo.add_argument("--seconds", type=float, default=4.0)
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (CaptureFormatError, CaptureKeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

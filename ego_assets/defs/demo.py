@@ -1,0 +1,144 @@
+"""`make demo`: the whole platform on local files and a local SQLite Dagster instance.
+
+1. Seeds ``<data>/landing`` with a short synthetic capture of every kind and the real
+   Project Aria MPS sample (only those not there yet).
+2. Evaluates the landing sensor against the instance (its cursor is kept in the
+   instance's key-value store, as the daemon keeps a sensor cursor), registers the new
+   partitions and runs ``capture_job`` for each requested capture, with a progress bar.
+3. Prints a summary table of every registered capture.
+
+A second run finds nothing new in the landing zone and only prints the tables.
+"""
+
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import dagster as dg
+from dagster._core.instance.ref import InstanceRef
+from tqdm import tqdm
+
+from ego_assets.capture.manifest import write_marker
+from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
+from ego_assets.defs.resources import StorageResource
+from ego_assets.defs.sensors import landing_sensor
+from ego_assets.definitions import build_defs
+from ego_assets.storage import Storage
+from ego_assets.synth import synthesize
+from ego_assets.trajectory.store import read_header
+
+log = logging.getLogger(__name__)
+
+DEMO_CAPTURES = (
+    ("demo-holos-visionpro", "holos-visionpro", 0),
+    ("demo-holos-iphone", "holos-iphone", 1),
+    ("demo-webxr", "webxr", 2),
+    ("demo-mano-video", "mano-video", 3),
+)
+ARIA_SAMPLE_KEY = "aria-mps-sample"
+CURSOR_KEY = "ego_assets/demo/landing_sensor_cursor"
+
+
+def aria_fixture_dir() -> Path:
+    """The real Aria MPS sample shipped in the shared fixtures."""
+    return Path(__file__).resolve().parents[3] / "shared/fixtures/real/aria_mps_hand_tracking"
+
+
+def seed_landing(landing: Path, seconds: float) -> list[str]:
+    """Write the demo captures that are not in ``landing`` yet; return their keys."""
+    written = []
+    for key, kind, seed in DEMO_CAPTURES:
+        if not (landing / key).exists():
+            synthesize(kind, landing / key, seconds=seconds, seed=seed, capture_id=key)
+            written.append(key)
+    aria = landing / ARIA_SAMPLE_KEY
+    if not aria.exists() and aria_fixture_dir().is_dir():
+        staging = landing / f".{ARIA_SAMPLE_KEY}.staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(aria_fixture_dir(), staging)
+        write_marker(staging, "aria_mps")
+        staging.rename(aria)
+        written.append(ARIA_SAMPLE_KEY)
+    return written
+
+
+def open_instance(data_dir: Path) -> dg.DagsterInstance:
+    """The persistent local instance: $DAGSTER_HOME, else ``<data>/.dagster_home``."""
+    home = Path(os.environ.get("DAGSTER_HOME") or data_dir / ".dagster_home")
+    home.mkdir(parents=True, exist_ok=True)
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:160] if text.strip() else ""
+
+
+def run_demo(data_dir: Path, seconds: float = 4.0, out: TextIO = sys.stdout) -> int:
+    """Run the demo; return 0 when every capture is materialized, 1 otherwise."""
+    data_dir = Path(data_dir).resolve()
+    landing = data_dir / "landing"
+    landing.mkdir(parents=True, exist_ok=True)
+    seeded = seed_landing(landing, seconds)
+    if seeded:
+        print(f"seeded landing zone with {len(seeded)} captures: {', '.join(seeded)}", file=out)
+    storage = StorageResource(root=str(data_dir))
+    defs = build_defs(storage)
+    job = defs.resolve_job_def("capture_job")
+    failures: dict[str, str] = {}
+    with open_instance(data_dir) as instance:
+        cursor = instance.run_storage.get_cursor_values({CURSOR_KEY}).get(CURSOR_KEY)
+        context = dg.build_sensor_context(
+            instance=instance, cursor=cursor, resources={"storage": storage}, definitions=defs
+        )
+        result = landing_sensor(context)
+        requests: list[dg.RunRequest] = []
+        if isinstance(result, dg.SensorResult):
+            for add in result.dynamic_partitions_requests or []:
+                instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, list(add.partition_keys))
+            requests = list(result.run_requests or [])
+        new_cursor = context.cursor
+        for request in tqdm(requests, desc="materializing captures", unit="capture"):
+            key = str(request.partition_key)
+            run = job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False)
+            if not run.success:
+                failures[key] = _run_error(run)
+        if new_cursor:
+            instance.run_storage.set_cursor_values({CURSOR_KEY: new_cursor})
+        keys = instance.get_dynamic_partitions(CAPTURES_PARTITIONS_NAME)
+    if not requests:
+        print("landing zone: nothing new; outputs unchanged", file=out)
+    print_summary(Storage(data_dir), keys, failures, out)
+    return 1 if failures else 0
+
+
+def _run_error(run: dg.ExecuteInProcessResult) -> str:
+    for event in run.all_events:
+        if event.is_step_failure and event.step_failure_data is not None:
+            error = event.step_failure_data.error
+            if error is not None:
+                return _first_line(error.message)
+    return "run failed"
+
+
+def print_summary(
+    storage: Storage, keys: list[str], failures: dict[str, str], out: TextIO
+) -> None:
+    """Table: partition, kind, duration s, streams, status."""
+    rows = [("partition", "kind", "duration s", "streams", "status")]
+    for key in sorted(keys):
+        folder = storage.stage_path("trajectory", key)
+        if key in failures or not (folder / "capture.json").exists():
+            rows.append((key, "-", "-", "-", f"FAILED {failures.get(key, 'not materialized')}"))
+            continue
+        header, index = read_header(Path(folder.path))
+        duration = max((s["t_last"] or 0.0 for s in index), default=0.0)
+        rows.append(
+            (key, header.info.source_kind, f"{duration:.2f}", str(len(index)), "ok")
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        cells = [row[i].ljust(widths[i]) for i in range(4)]
+        print("  ".join([*cells, row[4]]), file=out)

@@ -1,0 +1,184 @@
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ego_assets.trajectory.model import TrajectoryHeader
+from ego_assets.trajectory.store import (
+    read_header,
+    read_stream,
+    read_trajectory,
+    stream_to_table,
+    table_to_stream,
+    write_trajectory,
+)
+from ego_assets.trajectory.streams import SampleFlag, make_stream, sample_flags
+from ego_assets_tests.factories import START_NS, full_trajectory, hand_stream
+
+
+def test_time_is_seconds_since_capture_start():
+    s = hand_stream(n=4, rate_hz=100.0)
+    np.testing.assert_allclose(s.time, [0.0, 0.01, 0.02, 0.03])
+    assert s.timestamp_ns[1] == START_NS + 10_000_000
+
+
+def test_flags_mark_duplicate_backwards_and_non_finite_samples_without_repairing():
+    ts = np.array([0, 10, 10, 5, 20], dtype=np.int64)
+    values = np.zeros((5, 3))
+    values[4, 1] = np.nan
+    flags = sample_flags(ts, {"position": values})
+    assert list(flags) == [0, 0, SampleFlag.DUPLICATE_TIMESTAMP, SampleFlag.BACKWARDS_TIMESTAMP, 4]
+    stream = make_stream(
+        "p",
+        "pose",
+        ts,
+        0,
+        {"position": values, "rotation": np.zeros((5, 4)), "valid": np.ones(5, bool)},
+        {"frame": "world"},
+    )
+    assert list(stream.timestamp_ns) == [0, 10, 10, 5, 20]  # kept as read
+    assert np.isnan(stream.fields["position"][4, 1])
+
+
+def test_stream_rejects_wrong_shapes_dtypes_and_missing_attrs():
+    ts = np.arange(3, dtype=np.int64)
+    good = {"position": np.zeros((3, 3)), "rotation": np.zeros((3, 4)), "valid": np.ones(3, bool)}
+    with pytest.raises(ValueError, match="attr 'frame'"):
+        make_stream("p", "pose", ts, 0, good, {})
+    with pytest.raises(ValueError, match="field 'rotation'"):
+        make_stream("p", "pose", ts, 0, {**good, "rotation": np.zeros((3, 3))}, {"frame": "w"})
+    with pytest.raises(ValueError, match="dtype"):
+        make_stream("p", "pose", ts, 0, {**good, "valid": np.ones(3)}, {"frame": "w"})
+    with pytest.raises(ValueError, match="missing field 'position'"):
+        make_stream(
+            "p",
+            "pose",
+            ts,
+            0,
+            {"rotation": good["rotation"], "valid": good["valid"]},
+            {"frame": "w"},
+        )
+    with pytest.raises(ValueError, match="dim J"):
+        make_stream(
+            "h",
+            "hand_joints",
+            ts,
+            0,
+            {
+                "position": np.zeros((3, 25, 3)),
+                "radius": np.zeros((3, 24)),
+                "hand_valid": np.ones(3, bool),
+            },
+            {"joint_set": "webxr25", "hand": "left", "frame": "world"},
+        )
+
+
+def test_trajectory_round_trips_through_parquet_and_capture_json(tmp_path):
+    original = full_trajectory()
+    write_trajectory(original, tmp_path / "ep")
+    loaded = read_trajectory(tmp_path / "ep")
+    assert loaded.info == original.info
+    assert loaded.annotations == original.annotations
+    assert loaded.media == original.media and loaded.quirks == original.quirks
+    assert [s.name for s in loaded.streams] == sorted(s.name for s in original.streams)
+    for stream in original.streams:
+        back = loaded.stream(stream.name)
+        np.testing.assert_array_equal(back.timestamp_ns, stream.timestamp_ns)
+        np.testing.assert_array_equal(back.time, stream.time)
+        assert dict(back.attrs) == dict(stream.attrs)
+        for name, values in stream.fields.items():
+            np.testing.assert_array_equal(back.fields[name], values)
+    hand = loaded.stream("hand_right_world")
+    assert hand.fields["position"][3, 5].tolist() == pytest.approx([0.003, 0.05, 0.5])
+    assert not hand.fields["joint_valid"][2, 3]
+    assert loaded.stream("device_pose").fields["tracking_state"][5] == "limited"
+    assert loaded.annotations.segments[0].outcome == "retry"
+
+
+def test_capture_json_lists_streams_with_rows_and_dims(tmp_path):
+    write_trajectory(full_trajectory(), tmp_path / "ep")
+    header, index = read_header(tmp_path / "ep")
+    entry = next(e for e in index if e["name"] == "hand_right_world")
+    assert entry["rows"] == 9 and entry["dims"] == {"J": 27}
+    assert entry["file"] == "streams/hand_right_world.parquet"
+    assert header.info.cameras[0].distortion == (0.01, -0.002, 0.0, 0.0, 0.0)
+    raw = json.loads((tmp_path / "ep" / "capture.json").read_text())
+    assert raw["model_version"] == "ego-trajectory-1"
+    assert raw["info"]["quaternion_order"] == "xyzw" and raw["info"]["length_unit"] == "m"
+
+
+def test_unknown_model_version_and_unknown_keys_are_rejected(tmp_path):
+    write_trajectory(full_trajectory(), tmp_path / "ep")
+    data = json.loads((tmp_path / "ep" / "capture.json").read_text())
+    with pytest.raises(ValueError, match="model_version"):
+        TrajectoryHeader.from_dict({**data, "model_version": "ego-trajectory-0"})
+    data["info"]["colour"] = "blue"
+    with pytest.raises(ValueError, match="unknown keys"):
+        TrajectoryHeader.from_dict(data)
+
+
+def test_rewrite_replaces_the_folder_atomically_and_failed_write_keeps_the_old(tmp_path):
+    target = tmp_path / "ep"
+    write_trajectory(full_trajectory(), target)
+    before = (target / "capture.json").read_bytes()
+
+    class Boom(Exception):
+        pass
+
+    class Exploding:
+        def __getattr__(self, name):
+            raise Boom
+
+    with pytest.raises(Boom):
+        write_trajectory(Exploding(), target)  # type: ignore[arg-type]
+    assert (target / "capture.json").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ep"]
+
+
+def test_same_trajectory_writes_the_same_bytes(tmp_path):
+    write_trajectory(full_trajectory(), tmp_path / "a")
+    write_trajectory(full_trajectory(), tmp_path / "b")
+    for name in ("capture.json", "streams/hand_right_world.parquet", "streams/device_pose.parquet"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_read_single_stream(tmp_path):
+    write_trajectory(full_trajectory(), tmp_path / "ep")
+    frames = read_stream(tmp_path / "ep", "camera_left_frames")
+    assert frames.fields["world_to_camera"].shape == (3, 4, 4)
+    assert frames.fields["frame_index"].tolist() == [0, 1, 2]
+
+
+finite = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(min_value=0, max_value=6),
+    joints=st.integers(min_value=1, max_value=5),
+    data=st.data(),
+)
+def test_stream_table_coder_round_trips(n, joints, data):
+    ts = np.asarray(
+        data.draw(st.lists(st.integers(-(2**62), 2**62), min_size=n, max_size=n)), dtype=np.int64
+    )
+    values = np.asarray(
+        data.draw(st.lists(finite, min_size=n * joints * 3, max_size=n * joints * 3)),
+        dtype=np.float64,
+    )
+    valid = np.asarray(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    stream = make_stream(
+        "h",
+        "hand_joints",
+        ts,
+        0,
+        {"position": values.reshape(n, joints, 3), "hand_valid": valid},
+        {"joint_set": "x", "hand": "left", "frame": "world"},
+    )
+    back = table_to_stream(stream_to_table(stream))
+    np.testing.assert_array_equal(back.timestamp_ns, stream.timestamp_ns)
+    np.testing.assert_array_equal(back.fields["position"], stream.fields["position"])
+    np.testing.assert_array_equal(back.fields["hand_valid"], stream.fields["hand_valid"])
+    np.testing.assert_array_equal(back.flags, stream.flags)
