@@ -1,0 +1,40 @@
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ego_assets"
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_nothing_outside_defs_imports_dagster():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("defs/") or rel == "definitions.py":
+            continue
+        if {"dagster", "dagster_aws"} & _imports(path):
+            offenders.append(rel)
+    assert offenders == []
+
+
+def test_great_expectations_is_never_imported_at_module_level():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                mods = (
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+                )
+                if any(m and m.startswith("great_expectations") for m in mods):
+                    offenders.append(path.relative_to(PACKAGE).as_posix())
+    assert offenders == []
