@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ego_assets.capture import holos_meta
 from ego_assets.capture.files import MARKER_FILE, CaptureFiles, column_block, require
@@ -140,7 +141,7 @@ def _device_pose(r: _Reader, iphone: bool) -> Stream:
     }
     if iphone:
         state_col = table.column("tracking_state")
-        known = pa.compute.is_in(state_col, value_set=pa.array(TRACKING_STATES))
+        known = pc.is_in(state_col, value_set=pa.array(TRACKING_STATES))
         unknown = ~known.to_numpy(zero_copy_only=False)
         if unknown.any():
             row = int(np.flatnonzero(unknown)[0])
