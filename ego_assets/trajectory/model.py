@@ -225,6 +225,8 @@ class Quirk:
 class CaptureInfo:
     """Who, what and which conventions: stated once per capture.
 
+    ``capture_id`` is the platform's key; ``source_capture_id`` the id the recording
+    app gave (Holos capture id, CERES episode id, clip id).
     ``start_ns`` is the capture start on the ``clock`` of every stream: ``"epoch"``
     (Unix ns) or ``"device"`` (a device clock with unknown epoch, e.g. Aria MPS).
     ``world_frame``, ``handedness``, ``up_axis`` describe the frame that the streams
@@ -236,6 +238,7 @@ class CaptureInfo:
     source_version: str
     start_ns: int
     clock: str = "epoch"
+    source_capture_id: str = ""
     device: str = ""
     app: str = ""
     title: str = ""
@@ -249,6 +252,7 @@ class CaptureInfo:
     quaternion_order: str = "xyzw"
     embodiment: str = "human"
     dataset_name: str = ""
+    split: str = ""
     recorder_rate_hz: float | None = None
     cameras: tuple[CameraCalibration, ...] = ()
     characteristics: tuple[Characteristic, ...] = ()

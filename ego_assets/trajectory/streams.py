@@ -194,6 +194,7 @@ STREAM_KINDS: Mapping[str, StreamKind] = MappingProxyType(
                 (
                     _f("slot_index", "int64", (), "1", True, "recorder frame index in the journal"),
                     _f("gap", "bool", (), "1", True, "explicit missing-observation slot"),
+                    _f("source_time", "float64", (), "s", False, "recorder monotonic time"),
                 ),
                 ("rate_hz",),
                 "The WebXR recorder's slot clock, including its explicit gap slots.",
