@@ -596,3 +596,9 @@ def test_synthetic_holos_capture_reads(tmp_path, kind):
     assert np.all(np.diff(pose.timestamp_ns) > 0)
     hand_name = "hand_right_world" if kind == "holos-visionpro" else "hand_right_landmarks_3d"
     assert np.isfinite(trajectory.stream(hand_name).fields["position"]).all()
+    assert not any(s.flags.any() for s in trajectory.streams)  # no faults injected
+    for video in (m for m in trajectory.media if m.kind == "video"):
+        assert video.frame_count == len(trajectory.stream(video.frames_stream))
+    if kind == "holos-iphone":
+        gravity = np.linalg.norm(trajectory.stream("imu").fields["gravity"], axis=1)
+        assert gravity == pytest.approx(np.full(len(gravity), 9.80665), abs=1e-4)
