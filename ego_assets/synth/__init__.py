@@ -1,0 +1,89 @@
+"""Synthetic raw captures for every source kind, byte-deterministic per seed.
+
+`synthesize` writes one capture folder in exactly the raw layout of
+docs/capture-formats.md, optionally with injected faults (`FAULTS`), and finishes with
+the completion marker ``ego_capture.json`` listing every other file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from ego_assets.synth.faults import FAULTS, make_plan
+from ego_assets.synth.holos import write_holos
+from ego_assets.synth.mano_video import write_mano_video
+from ego_assets.synth.motion import make_scene
+from ego_assets.synth.webxr import write_webxr
+from ego_assets.synth.writers import write_marker
+
+__all__ = ["FAULTS", "KINDS", "MARKER_KINDS", "synthesize"]
+
+log = logging.getLogger(__name__)
+
+KINDS = ("holos-visionpro", "holos-iphone", "webxr", "mano-video")
+MARKER_KINDS = {
+    "holos-visionpro": "holos",
+    "holos-iphone": "holos",
+    "webxr": "webxr",
+    "mano-video": "mano_video",
+}
+_ALL_BUT_RETRY = tuple(f for f in FAULTS if f != "retried_segment")
+APPLICABLE_FAULTS = {
+    "holos-visionpro": FAULTS,
+    "holos-iphone": FAULTS,
+    "webxr": FAULTS,
+    "mano-video": _ALL_BUT_RETRY,
+}
+
+
+def synthesize(
+    kind: str,
+    out: Path,
+    *,
+    seconds: float,
+    seed: int,
+    faults: Sequence[str] = (),
+    capture_id: str | None = None,
+    depth: bool = False,
+    library_dir: Path | None = None,
+) -> Path:
+    """Write one synthetic capture folder.
+
+    Args:
+        kind: one of `KINDS`.
+        out: capture folder to create; it must not exist or must be empty.
+        seconds: capture duration, seconds (> 0).
+        seed: seed; the same (kind, seconds, seed, faults) give identical bytes.
+        faults: fault options from `FAULTS`; one that does not apply to ``kind`` is
+            ignored with a logged note.
+        capture_id: id written into the metadata (default ``synth-<kind>-<seed>``).
+        depth: mano-video only: also write ``depth.npz``.
+        library_dir: folder of the handy.js pose library (default: the shared fixtures).
+
+    Returns:
+        ``out``.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown capture kind {kind!r}; known: {list(KINDS)}")
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"capture folder {out} exists and is not empty")
+    plan = make_plan(faults, seed, seconds, APPLICABLE_FAULTS[kind])
+    scene = make_scene(seed, seconds, library_dir)
+    cid = capture_id or f"synth-{kind}-{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    if kind == "holos-visionpro":
+        write_holos(out, "visionpro", seconds, scene, plan, cid)
+    elif kind == "holos-iphone":
+        write_holos(out, "iphone", seconds, scene, plan, cid)
+    elif kind == "webxr":
+        write_webxr(out, seconds, scene, plan, cid)
+    else:
+        write_mano_video(out, seconds, scene, plan, cid, depth)
+    write_marker(out, MARKER_KINDS[kind])
+    log.info("synthesized %s capture %s (%.1f s, seed %d) in %s", kind, cid, seconds, seed, out)
+    return out

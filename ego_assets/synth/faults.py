@@ -1,0 +1,137 @@
+"""Fault injection plan: which faults a synthetic capture carries, and where.
+
+Every choice is drawn from a generator seeded by (seed, fault, stream name), so one
+stream's faults never shift when another stream is added or changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+FAULTS = (
+    "dropout",
+    "jitter",
+    "duplicate_timestamps",
+    "backwards_timestamps",
+    "dropped_video_frames",
+    "retried_segment",
+    "hand_never_seen",
+)
+JITTER_STD_M = 0.004
+MIN_DROPOUT_S = 0.5
+N_TIMESTAMP_FAULTS = 3
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """The faults requested for one capture.
+
+    Attributes:
+        faults: requested fault names (subset of `FAULTS`).
+        seed: capture seed.
+        seconds: capture duration, seconds.
+    """
+
+    faults: frozenset[str]
+    seed: int
+    seconds: float
+
+    def __post_init__(self) -> None:
+        unknown = sorted(self.faults - set(FAULTS))
+        if unknown:
+            raise ValueError(f"unknown fault option(s) {unknown}; known: {list(FAULTS)}")
+
+    def has(self, name: str) -> bool:
+        return name in self.faults
+
+    def rng(self, purpose: str) -> np.random.Generator:
+        """A generator for one purpose (stable across runs and Python versions)."""
+        return np.random.default_rng([self.seed, zlib.crc32(purpose.encode("utf-8"))])
+
+    def dropout_intervals(self, side: str) -> list[tuple[float, float]]:
+        """Tracking-loss stretches (start, end) in capture seconds for one hand (≥ 0.5 s)."""
+        if not self.has("dropout"):
+            return []
+        rng = self.rng(f"dropout-{side}")
+        length = min(rng.uniform(MIN_DROPOUT_S + 0.05, 0.9), 0.5 * self.seconds)
+        length = max(length, MIN_DROPOUT_S + 0.02)
+        latest = max(0.2, self.seconds - length - 0.2)
+        start = rng.uniform(min(0.2, latest), latest)
+        return [(start, start + length)]
+
+    def tracked(self, side: str, t: np.ndarray) -> np.ndarray:
+        """(T,) bool: whether the device tracks hand ``side`` at capture times ``t`` (s)."""
+        if side == "left" and self.has("hand_never_seen"):
+            return np.zeros(len(t), dtype=bool)
+        out = np.ones(len(t), dtype=bool)
+        for a, b in self.dropout_intervals(side):
+            out &= ~((t >= a) & (t < b))
+        return out
+
+    def hand_present(self, side: str) -> bool:
+        """False for a hand that is never in the scene (``hand_never_seen``: left)."""
+        return not (side == "left" and self.has("hand_never_seen"))
+
+    def stamp_times(self, stream: str, t: np.ndarray, period_s: float) -> np.ndarray:
+        """Timestamps to write for samples taken at ``t`` (s): a few repeated / backwards.
+
+        ``duplicate_timestamps``: sample i repeats sample i-1's time.
+        ``backwards_timestamps``: sample i is stamped half a period before sample i-1.
+        """
+        out = np.array(t, dtype=np.float64)
+        want = [f for f in ("duplicate_timestamps", "backwards_timestamps") if self.has(f)]
+        if not want or len(t) < 8:
+            return out
+        candidates = np.arange(3, len(t) - 1, 3)
+        rng = self.rng(f"timestamps-{stream}")
+        k = min(len(candidates), N_TIMESTAMP_FAULTS * len(want))
+        picks = np.sort(rng.choice(candidates, size=k, replace=False))
+        order = rng.permutation(k)
+        for n, fault in enumerate(want):
+            idx = picks[order[n::2] if len(want) == 2 else order]
+            if fault == "duplicate_timestamps":
+                out[idx] = out[idx - 1]
+            else:
+                out[idx] = out[idx - 1] - 0.5 * period_s
+        return out
+
+    def kept_frames(self, stream: str, n: int) -> np.ndarray:
+        """(n,) bool: video frames kept (``dropped_video_frames`` removes 2 short runs)."""
+        keep = np.ones(n, dtype=bool)
+        if not self.has("dropped_video_frames") or n < 12:
+            return keep
+        rng = self.rng(f"frames-{stream}")
+        half = n // 2
+        for lo, hi in ((2, half - 4), (half, n - 4)):
+            start = int(rng.integers(lo, max(lo + 1, hi)))
+            keep[start : start + int(rng.integers(1, 4))] = False
+        return keep
+
+    def jitter(self, stream: str, positions: np.ndarray) -> np.ndarray:
+        """``positions`` (..., 3) m plus Gaussian noise (std `JITTER_STD_M`) under ``jitter``."""
+        if not self.has("jitter"):
+            return positions
+        return positions + self.rng(f"jitter-{stream}").normal(0.0, JITTER_STD_M, positions.shape)
+
+
+def make_plan(
+    faults: Sequence[str], seed: int, seconds: float, applicable: Sequence[str]
+) -> FaultPlan:
+    """Validate ``faults`` and log those that do not apply to the kind (they are ignored)."""
+    plan = FaultPlan(frozenset(faults), seed, seconds)
+    for name in sorted(plan.faults - set(applicable)):
+        log.info("fault %r does not apply to this capture kind; ignored", name)
+    return FaultPlan(plan.faults & frozenset(applicable), seed, seconds)
+
+
+def forward_fill_index(tracked: np.ndarray) -> np.ndarray:
+    """(T,) int: index of the latest tracked sample at or before each sample, -1 if none."""
+    idx = np.where(tracked, np.arange(len(tracked)), -1)
+    return np.maximum.accumulate(idx) if len(idx) else idx

@@ -1,0 +1,121 @@
+"""Byte-deterministic file writers for synthetic captures (CSV, JSON, NPZ, WAV, JPEG, marker)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import wave
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from ego_assets.capture.files import MARKER_FILE, MARKER_FORMAT, MARKER_VERSION
+
+AUDIO_RATE_HZ = 16_000
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def _ensure_parent(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def write_csv(path: Path, columns: Sequence[tuple[str, np.ndarray, str]]) -> None:
+    """Write a CSV from named columns.
+
+    Args:
+        path: output file.
+        columns: (header name, (T,) values, printf format such as ``"%.6f"``, ``"%d"``,
+            ``"%s"``) per column, in order.
+    """
+    _ensure_parent(path)
+    header = ",".join(name for name, _, _ in columns)
+    fmt = ",".join(f for _, _, f in columns)
+    rows = zip(*(values.tolist() for _, values, _ in columns), strict=True)
+    body = "".join(fmt % row + "\n" for row in rows)
+    path.write_text(header + "\n" + body, encoding="utf-8", newline="")
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON with a fixed layout (indent 2, UTF-8, trailing newline)."""
+    _ensure_parent(path)
+    text = json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False)
+    path.write_text(text + "\n", encoding="utf-8", newline="")
+
+
+def write_jsonl(path: Path, records: Sequence[Any]) -> None:
+    """Write JSON Lines, one compact record per line."""
+    _ensure_parent(path)
+    lines = (json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records)
+    path.write_text("".join(lines), encoding="utf-8", newline="")
+
+
+def write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write an uncompressed ``.npz`` with fixed zip timestamps (``np.savez`` stamps now)."""
+    _ensure_parent(path)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, arr in arrays.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, buf.getvalue())
+
+
+def write_wav(path: Path, seconds: float, seed: int) -> None:
+    """Quiet PCM16 mono 16 kHz audio: a 220 Hz tone plus seeded low noise."""
+    _ensure_parent(path)
+    n = round(seconds * AUDIO_RATE_HZ)
+    t = np.arange(n) / AUDIO_RATE_HZ
+    noise = np.random.default_rng([seed, 0xA0D1]).normal(0.0, 0.004, n)
+    signal = 0.03 * np.sin(2 * np.pi * 220.0 * t) + noise
+    pcm = np.clip(np.round(signal * 32767), -32768, 32767).astype("<i2")
+    with wave.open(str(path), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(AUDIO_RATE_HZ)
+        wav.writeframes(pcm.tobytes())
+
+
+def write_jpeg(path: Path, rgb: np.ndarray, size: tuple[int, int] = (160, 120)) -> None:
+    """Write a (H, W, 3) uint8 RGB image as a JPEG thumbnail of ``size`` (W, H), quality 85."""
+    _ensure_parent(path)
+    img = Image.fromarray(rgb).resize(size, Image.Resampling.BILINEAR)
+    img.save(path, format="JPEG", quality=85, optimize=False, progressive=False)
+
+
+def write_marker(root: Path, kind: str) -> None:
+    """Write ``ego_capture.json`` last, listing every other file (path, bytes, sha256)."""
+    files = []
+    for p in sorted(root.rglob("*"), key=lambda q: q.relative_to(root).as_posix()):
+        if p.is_file() and p.name != MARKER_FILE:
+            data = p.read_bytes()
+            files.append(
+                {
+                    "path": p.relative_to(root).as_posix(),
+                    "bytes": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                }
+            )
+    marker = {"format": MARKER_FORMAT, "version": MARKER_VERSION, "kind": kind, "files": files}
+    write_json(root / MARKER_FILE, marker)
+
+
+def iso_utc(epoch_ns: int) -> str:
+    """ISO-8601 UTC with microseconds and ``Z`` for integer epoch nanoseconds."""
+    seconds, rem_ns = divmod(int(epoch_ns), 1_000_000_000)
+    day, sec = divmod(seconds, 86_400)
+    date = np.datetime64(day, "D").astype(str)
+    hh, rest = divmod(sec, 3600)
+    mm, ss = divmod(rest, 60)
+    return f"{date}T{hh:02d}:{mm:02d}:{ss:02d}.{rem_ns // 1000:06d}Z"
+
+
+def rounded(values: np.ndarray, decimals: int) -> list[Any]:
+    """Nested Python lists of ``values`` rounded to ``decimals`` (short, stable JSON floats)."""
+    out: list[Any] = np.round(np.asarray(values, dtype=np.float64), decimals).tolist()
+    return out
