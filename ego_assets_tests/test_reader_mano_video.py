@@ -313,3 +313,22 @@ def test_unknown_schema_version_is_refused(tmp_path):
 def test_string_where_a_number_is_in_meta(tmp_path):
     err = read_error(write_clip(tmp_path / "c", meta={"fps": "30"}))
     assert (err.file, err.field) == ("meta.json", "fps")
+
+
+def test_reads_a_synthetic_mano_video_capture_end_to_end(tmp_path):
+    synth = pytest.importorskip("ego_assets.synth")
+    if not hasattr(synth, "synthesize"):
+        pytest.skip("ego_assets.synth.synthesize is not there yet")
+    root = synth.synthesize(
+        "mano-video", tmp_path / "s", seconds=1.0, seed=2, depth=True, faults=("dropout",)
+    )
+    traj = read_capture("synth-mano", root)
+    video = traj.stream("video_frames")
+    assert len(video) == traj.media_ref("video").frame_count == 30
+    for name in ("mano_left", "mano_right", "depth_frames"):
+        assert traj.stream(name).timestamp_ns.tolist() == video.timestamp_ns.tolist()
+    left = traj.stream("mano_left")
+    assert left.fields["betas"].shape == (30, 10)
+    # infilling only ever adds valid frames
+    assert (left.fields["valid_infilled"] | ~left.fields["valid_detected"]).all()
+    assert traj.media_ref("depth").frame_count == 30

@@ -400,3 +400,28 @@ def test_calibration_matrix_needs_16_values(tmp_path):
     (root / "calibration.json").write_text(json.dumps(doc))
     err = read_error(root)
     assert (err.file, err.field) == ("calibration.json", "camera_from_head")
+
+
+def test_reads_a_synthetic_webxr_capture_end_to_end(tmp_path):
+    synth = pytest.importorskip("ego_assets.synth")
+    if not hasattr(synth, "synthesize"):
+        pytest.skip("ego_assets.synth.synthesize is not there yet")
+    root = synth.synthesize("webxr", tmp_path / "s", seconds=2.0, seed=5, faults=("dropout",))
+    traj = read_capture("synth-webxr", root)
+    slots = traj.stream("recorder_slots")
+    n = len(slots)
+    assert n == 60
+    for name in ("head", "hand_left", "hand_right", "pinch"):
+        assert traj.stream(name).timestamp_ns.tolist() == slots.timestamp_ns.tolist()
+    assert not traj.stream("head").fields["valid"][slots.fields["gap"]].any()
+    # calibration and head poses agree with the synthetic scene: a tracked right wrist
+    # projects in front of the camera and inside the 320 x 240 image
+    frames = traj.stream("camera_outward_frames")
+    hand = traj.stream("hand_right")
+    row = int(np.flatnonzero(hand.fields["hand_valid"] & traj.stream("head").fields["valid"])[0])
+    frame = int(np.flatnonzero(frames.timestamp_ns >= slots.timestamp_ns[row])[0])
+    fx, fy, cx, cy = frames.fields["intrinsics"][frame]
+    x, y, z, _ = frames.fields["world_to_camera"][frame] @ [*hand.fields["position"][row, 0], 1]
+    assert z > 0
+    assert 0 <= fx * x / z + cx < 320
+    assert 0 <= fy * y / z + cy < 240
