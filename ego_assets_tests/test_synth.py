@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 from pathlib import Path
@@ -219,7 +220,7 @@ def test_webxr_and_mano_video_keys_follow_the_doc(make):  # type: ignore[no-unty
     full = next(s for s in slots if not s["gap"])
     assert len(full["right"]["joints"]) == 25 and len(full["right"]["joints"][0]) == 9
     radii = np.asarray([j[7] for j in full["right"]["joints"]])
-    assert 0.005 <= radii[1:].min() and radii.max() <= 0.025
+    assert radii[1:].min() >= 0.005 and radii.max() <= 0.025
     thumb, index = (
         np.asarray(full["right"]["joints"][4][:3]),
         np.asarray(full["right"]["joints"][9][:3]),
@@ -230,7 +231,7 @@ def test_webxr_and_mano_video_keys_follow_the_doc(make):  # type: ignore[no-unty
     assert {"rms_error_px", "sample_count", "captured_at", "camera_from_head"} <= set(calib)
     segs = json.loads((wx / "segments.json").read_text())["segments"]
     assert segs[0]["start_slot"] == 0 and segs[-1]["end_slot"] == 60
-    assert all(a["end_slot"] == b["start_slot"] for a, b in zip(segs, segs[1:], strict=False))
+    assert all(a["end_slot"] == b["start_slot"] for a, b in itertools.pairwise(segs))
     mano = np.load(mv / "mano.npz", allow_pickle=False)
     t = 60
     shapes = {k: mano[k].shape for k in mano.files}
@@ -270,7 +271,7 @@ def test_bone_lengths_are_constant_and_equal_the_pose_library(make):  # type: ig
     slots = [s for s in _slots(wx) if not s["gap"]]
     for side in ("left", "right"):
         ref = _library_bone_lengths(side)
-        assert 0.01 < ref.min() and ref.max() < 0.08
+        assert ref.min() > 0.01 and ref.max() < 0.08
         for frame in ("world", "local"):
             lengths = _bone_lengths(_skeleton_positions(vp / f"hands/{side}_{frame}.csv"))
             assert np.abs(lengths / ref - 1).max() < 1e-6
