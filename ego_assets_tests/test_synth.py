@@ -343,7 +343,7 @@ def test_iphone_imu_is_consistent_with_the_device_pose(make):  # type: ignore[no
         integrated = integrated * Rotation.from_rotvec(0.5 * (gyro[i] + gyro[i + 1]) * 0.01)
     truth = rot[0].inv() * rot[90]
     assert truth.magnitude() > 0.01
-    assert (integrated.inv() * truth).magnitude() < 2e-4
+    assert (integrated.inv() * truth).magnitude() < 1e-5
     gravity = imu[["gravity_x_g", "gravity_y_g", "gravity_z_g"]].to_numpy()
     np.testing.assert_allclose(gravity[50], rot[30].inv().apply([0, -1, 0]), atol=1e-6)
     user = imu[["user_accel_x_g", "user_accel_y_g", "user_accel_z_g"]].to_numpy()
