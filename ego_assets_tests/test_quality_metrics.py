@@ -17,6 +17,7 @@ from ego_assets.trajectory.model import (
     Annotations,
     CaptureInfo,
     MediaRef,
+    ProcedureStep,
     Segment,
     Trajectory,
 )
@@ -197,6 +198,7 @@ def test_jitter_of_a_cubic_is_six_times_its_coefficient() -> None:
     left, right = _both_hands(t, positions=pos, rate_hz=90.0)
     hand = compute_report(_trajectory(left, right)).hand("left")
     assert hand.jitter_mps3 == pytest.approx(12.0, rel=1e-6)
+    assert hand.jitter_third_diff_mm == pytest.approx(12.0 / 90.0**3 * 1e3, rel=1e-6)
 
 
 def test_tracking_loss_ratio_is_the_share_of_samples_the_source_marked_untracked() -> None:
@@ -210,6 +212,38 @@ def test_tracking_loss_ratio_is_the_share_of_samples_the_source_marked_untracked
     assert hand.tracking_loss_ratio == pytest.approx(0.25)
     assert hand.mean_confidence == pytest.approx(0.8)
     assert report.metric("hand:left", "tracking_loss_ratio").status == "warn"
+
+
+def test_longest_tracking_loss_spans_from_the_last_valid_to_the_next_valid_sample() -> None:
+    n = 100
+    valid = np.ones(n, bool)
+    valid[40:61] = False  # samples 40..60 untracked at 30 Hz: valid 39 -> 61 is 22 / 30 s
+    valid[:3] = False  # stream start -> first valid sample (3) is 3 / 30 s
+    left, right = _both_hands(np.arange(n) / 30.0, valid=valid)
+    report = compute_report(_trajectory(left, right))
+    assert report.hand("left").longest_tracking_loss_s == pytest.approx(22 / 30)
+    assert report.metric("hand:left", "longest_tracking_loss_s").status == "warn"
+
+
+def test_a_duplicate_stamp_is_not_also_counted_as_a_gap() -> None:
+    t = np.arange(60) / 30.0
+    t[20] = t[19]  # the sample after the repeat is two periods after it
+    sq = compute_report(_trajectory(_head(t))).stream("head")
+    assert sq.duplicate_timestamps == 1
+    assert sq.gap_count == 0 and sq.missing_samples == 0
+
+
+def test_a_procedure_step_visited_twice_in_a_row_is_a_retry() -> None:
+    steps = tuple(
+        ProcedureStep(i, step, step, float(i), float(i + 1))
+        for i, step in enumerate(("grasp", "pour", "pour", "place"))
+    )
+    t = np.arange(300) / 30.0
+    report = compute_report(
+        _trajectory(*_both_hands(t), annotations=Annotations(procedure_steps=steps))
+    )
+    assert report.episode.segment_retries == 1
+    assert report.metric("episode", "segment_retries").status == "warn"
 
 
 def test_a_hand_never_seen_fails_with_tracking_loss_one() -> None:
@@ -340,7 +374,8 @@ def test_write_report_writes_json_and_one_parquet_row_with_the_schema(tmp_path: 
     assert row["left_tracking_loss_ratio"] == 1.0
     assert row["right_tracking_loss_ratio"] == 0.0
     assert row["right_primary_stream"] == "hand_right_world"
-    assert row["n_fail"] == report.count("fail") == 1
+    assert row["n_fail"] == report.count("fail") == 2  # left: loss ratio and longest loss
+    assert row["left_longest_tracking_loss_s"] == pytest.approx(299 / 30)
     assert row["duration_s"] == pytest.approx(299 / 30)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "quality.json",

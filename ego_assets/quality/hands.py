@@ -51,6 +51,10 @@ class HandQuality:
         samples: samples of the primary stream; valid_samples: those the source marked
             valid (``hand_valid`` / ``valid_detected``), before any filling.
         tracking_loss_ratio: 1 - valid_samples / samples (1.0 without any sample).
+        longest_tracking_loss_s: longest time without a valid sample: between two
+            consecutive valid samples, or from the stream's first sample to its first valid
+            one, or from its last valid one to its last sample; the whole stream span (the
+            episode duration without a stream) when the hand is never valid.
         mean_confidence: mean source confidence over valid samples (per-hand confidence,
             else the mean per-joint confidence); NaN when the source has none.
         bone_names: ``"parent>child"`` per bone of the skeleton (sensor skeletons only).
@@ -59,7 +63,10 @@ class HandQuality:
         betas_std_max: largest per-coefficient std of MANO betas over detected frames.
         wrist_speed_p99_mps, wrist_speed_max_mps: over consecutive valid pairs, m/s.
         teleport_count: consecutive valid pairs that jump (see ``thresholds.toml``).
-        jitter_mps3: mean |third difference| x rate^3 of wrist and fingertips, m s-3.
+        jitter_mps3: mean |third difference| x rate^3 of wrist and fingertips, m s-3
+            (HaWoR convention; it grows with the cube of the rate for the same noise).
+        jitter_third_diff_mm: the same mean |third difference| in millimetres, without the
+            rate factor: white position noise of std s gives about 7.1 s at any rate.
         quat_norm_error_max: from the primary stream's `StreamQuality`.
         non_finite_valid: valid samples with NaN/inf in tracked joints (primary stream).
     """
@@ -70,6 +77,7 @@ class HandQuality:
     samples: int
     valid_samples: int
     tracking_loss_ratio: float
+    longest_tracking_loss_s: float
     mean_confidence: float
     bone_names: tuple[str, ...]
     bone_length_cv: tuple[float, ...]
@@ -79,6 +87,7 @@ class HandQuality:
     wrist_speed_max_mps: float
     teleport_count: int
     jitter_mps3: float
+    jitter_third_diff_mm: float
     quat_norm_error_max: float
     non_finite_valid: int
 
@@ -171,8 +180,16 @@ def _betas_std(stream: Stream, valid: np.ndarray) -> float:
     return float(betas.std(axis=0).max())
 
 
+def _longest_loss_s(stream: Stream, valid: np.ndarray) -> float:
+    if not len(stream):
+        return float("nan")
+    times = stream.time[valid]
+    edges = np.concatenate(([stream.time.min()], times, [stream.time.max()]))
+    return float(np.diff(edges).max()) if edges.size > 1 else 0.0
+
+
 def _motion(stream: Stream, thresholds: Thresholds) -> tuple[float, float, int, float]:
-    """(wrist speed p99 m/s, max m/s, teleport count, jitter m s-3)."""
+    """(wrist speed p99 m/s, max m/s, teleport count, mean |third difference| m)."""
     got = tracked_points(stream)
     nan = float("nan")
     if got is None or len(stream) < 2:
@@ -191,17 +208,15 @@ def _motion(stream: Stream, thresholds: Thresholds) -> tuple[float, float, int, 
         teleports = int(np.count_nonzero((speed > thresholds.teleport_speed_mps) | jump))
     else:
         p99, top, teleports = nan, nan, 0
-    rate_hz, _ = nominal_rate(stream)
-    limit = gap_limit_s(rate_hz, thresholds)
-    if len(stream) < 4 or not np.isfinite(rate_hz):
+    limit = gap_limit_s(nominal_rate(stream)[0], thresholds)
+    if len(stream) < 4:
         return p99, top, teleports, nan
     interval_ok = (dt_s > 0) & (dt_s <= limit)
     window_ok = interval_ok[:-2] & interval_ok[1:-1] & interval_ok[2:]
     third = points[3:] - 3.0 * points[2:-1] + 3.0 * points[1:-2] - points[:-3]
     ok = tracked[3:] & tracked[2:-1] & tracked[1:-2] & tracked[:-3] & window_ok[:, None]
     norms = np.linalg.norm(np.where(ok[..., None], third, 0.0), axis=2)[ok]
-    jitter = float(norms.mean()) * rate_hz**3 if norms.size else nan
-    return p99, top, teleports, jitter
+    return p99, top, teleports, float(norms.mean()) if norms.size else nan
 
 
 def hand_quality(
@@ -209,21 +224,27 @@ def hand_quality(
     streams: tuple[Stream, ...],
     stream_reports: dict[str, StreamQuality],
     thresholds: Thresholds,
+    duration_s: float,
 ) -> HandQuality:
-    """Measure ``hand`` on its primary stream among ``streams``."""
+    """Measure ``hand`` on its primary stream among ``streams``.
+
+    ``duration_s`` (the episode's) is the tracking-loss length of a hand without a stream.
+    """
     candidates = hand_streams(streams, hand)
     nan = float("nan")
     if not candidates:
         return HandQuality(
-            hand, None, (), 0, 0, 1.0, nan, (), (), nan, nan, nan, nan, 0, nan, nan, 0
-        )
+            hand, None, (), 0, 0, 1.0, duration_s, nan, (), (), nan, nan, nan, nan, 0, nan,
+            nan, nan, 0,
+        )  # fmt: skip
     primary = candidates[0]
     valid = validity(primary)
     n, n_valid = len(primary), int(np.count_nonzero(valid))
     names, cv = _bone_cv(primary, valid)
     finite_cv = cv[np.isfinite(cv)]
-    p99, top, teleports, jitter = _motion(primary, thresholds)
+    p99, top, teleports, third_m = _motion(primary, thresholds)
     sq = stream_reports[primary.name]
+    rate_hz = sq.nominal_rate_hz
     return HandQuality(
         hand=hand,
         primary_stream=primary.name,
@@ -231,6 +252,7 @@ def hand_quality(
         samples=n,
         valid_samples=n_valid,
         tracking_loss_ratio=1.0 - n_valid / n if n else 1.0,
+        longest_tracking_loss_s=_longest_loss_s(primary, valid),
         mean_confidence=_mean_confidence(primary, valid),
         bone_names=names,
         bone_length_cv=tuple(float(v) for v in cv),
@@ -239,7 +261,8 @@ def hand_quality(
         wrist_speed_p99_mps=p99,
         wrist_speed_max_mps=top,
         teleport_count=teleports,
-        jitter_mps3=jitter,
+        jitter_mps3=third_m * rate_hz**3,
+        jitter_third_diff_mm=third_m * 1e3,
         quat_norm_error_max=sq.quat_norm_error_max,
         non_finite_valid=sq.non_finite_valid,
     )

@@ -9,6 +9,7 @@ row, `ROW_SCHEMA`, documented in ``docs/quality.md``) atomically.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 import os
@@ -36,12 +37,14 @@ STATUS_ORDER = {"pass": 0, "warn": 1, "fail": 2}
 _HAND_ROW_FIGURES: tuple[tuple[str, pa.DataType], ...] = (
     ("primary_stream", pa.string()),
     ("tracking_loss_ratio", pa.float64()),
+    ("longest_tracking_loss_s", pa.float64()),
     ("mean_confidence", pa.float64()),
     ("bone_length_cv_max", pa.float64()),
     ("betas_std_max", pa.float64()),
     ("wrist_speed_p99_mps", pa.float64()),
     ("teleport_count", pa.int64()),
     ("jitter_mps3", pa.float64()),
+    ("jitter_third_diff_mm", pa.float64()),
 )
 
 # One row per episode in quality.parquet; columns are append-only (docs/quality.md).
@@ -146,7 +149,11 @@ class CrossStreamQuality:
 
 @dataclass(frozen=True, slots=True)
 class EpisodeQuality:
-    """Episode-level facts: duration (s) and the annotations present."""
+    """Episode-level facts: duration (s) and the annotations present.
+
+    ``segment_retries`` counts segments with outcome ``"retry"`` plus procedure-step
+    visits that repeat the step visited just before (a retried step on Holos).
+    """
 
     duration_s: float
     stream_count: int
@@ -319,13 +326,15 @@ def _cross(trajectory: Trajectory, hands: tuple[HandQuality, ...]) -> CrossStrea
 def _episode(trajectory: Trajectory) -> EpisodeQuality:
     notes = trajectory.annotations
     instructions = [i for i in notes.instructions if i.strip()]
+    steps = [s.step_id for s in notes.procedure_steps]
+    repeats = sum(1 for a, b in itertools.pairwise(steps) if a == b)
     return EpisodeQuality(
         duration_s=trajectory.duration_s,
         stream_count=len(trajectory.streams),
         has_instructions=bool(instructions),
         instruction_count=len(instructions),
         segment_count=len(notes.segments),
-        segment_retries=sum(1 for s in notes.segments if s.outcome == "retry"),
+        segment_retries=sum(1 for s in notes.segments if s.outcome == "retry") + repeats,
         quirk_count=len(trajectory.quirks),
     )
 
@@ -342,12 +351,13 @@ _STREAM_METRICS = (
 _TIMED_ONLY = frozenset(_STREAM_METRICS[:5])
 _HAND_METRICS = (
     "tracking_loss_ratio",
+    "longest_tracking_loss_s",
     "mean_confidence",
     "bone_length_cv_max",
     "betas_std_max",
     "wrist_speed_p99_mps",
     "teleport_count",
-    "jitter_mps3",
+    "jitter_third_diff_mm",
 )
 _CROSS_METRICS = ("start_misalignment_s", "end_misalignment_s")
 
@@ -406,7 +416,8 @@ def compute_report(trajectory: Trajectory, thresholds: Thresholds | None = None)
     limits = thresholds if thresholds is not None else default_thresholds()
     streams = tuple(stream_quality(s, limits) for s in trajectory.streams)
     by_name = {sq.name: sq for sq in streams}
-    hands = tuple(hand_quality(h, trajectory.streams, by_name, limits) for h in HANDS)
+    duration_s = trajectory.duration_s
+    hands = tuple(hand_quality(h, trajectory.streams, by_name, limits, duration_s) for h in HANDS)
     cross = _cross(trajectory, hands)
     episode = _episode(trajectory)
     metrics = _metrics(limits, streams, hands, cross, episode)

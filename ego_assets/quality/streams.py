@@ -26,8 +26,9 @@ from ego_assets.trajectory.streams import SampleFlag, Stream
 # Kinds whose samples are events in long format (several rows per instant): timing
 # metrics (duplicates, gaps, regularity) do not apply to them.
 UNTIMED_KINDS = frozenset({"object_pose"})
-# Kinds whose NaN values are part of the format (pinch is NaN while a hand is untracked).
-NAN_BY_DESIGN_KINDS = frozenset({"pinch"})
+# Kinds whose NaN values are part of the format: pinch is NaN while a hand is untracked;
+# a video frame's camera model is NaN where the device gave no pose for that frame.
+NAN_BY_DESIGN_KINDS = frozenset({"pinch", "media_frames"})
 # Validity field per kind: the source's own flag, before any filling.
 VALIDITY_FIELD = {
     "pose": "valid",
@@ -179,14 +180,21 @@ def _quat_norm_error(stream: Stream, valid: np.ndarray) -> float:
 
 
 def _timing(stream: Stream, limit_s: float) -> tuple[float, float, np.ndarray, np.ndarray]:
-    """(measured rate Hz, dt cv, gap indices, gap lengths s) over positive intervals."""
+    """(measured rate Hz, dt cv, gap indices, gap lengths s).
+
+    Intervals that start or end at a sample flagged duplicate or backwards are not
+    measured: a repeated stamp makes the next interval two periods long, which is the
+    duplicate's fault, not a hole in the stream.
+    """
     ts = stream.timestamp_ns
     dt_s = np.diff(ts).astype(np.float64) / 1e9
     distinct = np.unique(ts)
     span_s = float(distinct[-1] - distinct[0]) / 1e9 if distinct.size else 0.0
     measured = (distinct.size - 1) / span_s if span_s > 0 else float("nan")
-    is_gap = dt_s > limit_s
-    regular = dt_s[(dt_s > 0) & ~is_gap]
+    faulty = (stream.flags & (SampleFlag.DUPLICATE_TIMESTAMP | SampleFlag.BACKWARDS_TIMESTAMP)) > 0
+    clean = ~faulty[:-1] & ~faulty[1:] & (dt_s > 0)
+    is_gap = clean & (dt_s > limit_s)
+    regular = dt_s[clean & ~is_gap]
     mean = float(regular.mean()) if regular.size else 0.0
     cv = float(regular.std() / mean) if mean > 0 else float("nan")
     idx = np.flatnonzero(is_gap)
