@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from pathlib import Path
 
 from ego_assets.errors import CaptureFormatError, CaptureKeyError
@@ -91,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Dagster flags backfill policies and partitioned checks as beta/preview on every load.
+    warnings.filterwarnings("ignore", message=".*(beta|preview).*")
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

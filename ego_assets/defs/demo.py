@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -22,10 +23,10 @@ from dagster._core.instance.ref import InstanceRef
 from tqdm import tqdm
 
 from ego_assets.capture.manifest import write_marker
+from ego_assets.definitions import build_defs
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.sensors import landing_sensor
-from ego_assets.definitions import build_defs
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.store import read_header
@@ -40,6 +41,8 @@ DEMO_CAPTURES = (
 )
 ARIA_SAMPLE_KEY = "aria-mps-sample"
 CURSOR_KEY = "ego_assets/demo/landing_sensor_cursor"
+# Keep the terminal for the progress bar and the tables; the UI has the full event log.
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
 def aria_fixture_dir() -> Path:
@@ -99,10 +102,17 @@ def run_demo(data_dir: Path, seconds: float = 4.0, out: TextIO = sys.stdout) -> 
             for add in result.dynamic_partitions_requests or []:
                 instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, list(add.partition_keys))
             requests = list(result.run_requests or [])
-        new_cursor = context.cursor
-        for request in tqdm(requests, desc="materializing captures", unit="capture"):
+        new_cursor = result.cursor if isinstance(result, dg.SensorResult) else context.cursor
+        for request in tqdm(
+            requests, desc="materializing captures", unit="capture", disable=not requests
+        ):
             key = str(request.partition_key)
-            run = job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False)
+            run = job.execute_in_process(
+                run_config=QUIET_RUN_CONFIG,
+                partition_key=key,
+                instance=instance,
+                raise_on_error=False,
+            )
             if not run.success:
                 failures[key] = _run_error(run)
         if new_cursor:
@@ -124,7 +134,7 @@ def _run_error(run: dg.ExecuteInProcessResult) -> str:
 
 
 def print_summary(
-    storage: Storage, keys: list[str], failures: dict[str, str], out: TextIO
+    storage: Storage, keys: Sequence[str], failures: dict[str, str], out: TextIO
 ) -> None:
     """Table: partition, kind, duration s, streams, status."""
     rows = [("partition", "kind", "duration s", "streams", "status")]
@@ -135,9 +145,7 @@ def print_summary(
             continue
         header, index = read_header(Path(folder.path))
         duration = max((s["t_last"] or 0.0 for s in index), default=0.0)
-        rows.append(
-            (key, header.info.source_kind, f"{duration:.2f}", str(len(index)), "ok")
-        )
+        rows.append((key, header.info.source_kind, f"{duration:.2f}", str(len(index)), "ok"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
         cells = [row[i].ljust(widths[i]) for i in range(4)]
