@@ -195,8 +195,12 @@ def _short_row(path: Path, n_columns: int) -> int | None:
 def column_block(table: pa.Table, names: Sequence[str], dtype: str = "float64") -> np.ndarray:
     """(T, len(names)) array of the named columns, one vectorized copy per column."""
     out = np.empty((table.num_rows, len(names)), dtype=dtype)
-    for i, name in enumerate(names):
-        out[:, i] = table.column(name).to_numpy()
+    start = 0
+    for batch in table.select(list(names)).to_batches():  # per batch: cache-friendly writes
+        stop = start + batch.num_rows
+        for i, col in enumerate(batch.columns):
+            out[start:stop, i] = col.to_numpy(zero_copy_only=False)
+        start = stop
     return out
 
 

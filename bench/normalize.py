@@ -1,0 +1,247 @@
+"""Benchmark: normalize a 10-minute Vision Pro holos capture on one core.
+
+``python -m bench normalize [--json FILE] [--seconds 600] [--naive-seconds 60]``
+
+Writes a synthetic Vision Pro package (hands 90 Hz, both hands, world + local CSVs of
+218 columns, head 60 Hz; values at the 6 decimals a device writes) with a fast
+vectorized writer, then times `read_capture` (the holos reader) and
+`store.write_trajectory` with pyarrow limited to one CPU and one I/O thread. A naive
+baseline (``pandas.read_csv`` then a Python loop over rows building per-sample lists,
+then stacking) reads the same kind of files; it runs on a shorter slice and is scaled
+linearly to the full duration. Prints a table and writes the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from ego_assets.capture import read_capture
+from ego_assets.capture.holos import HAND_COLUMNS, POSE_COLUMNS
+from ego_assets.trajectory.joints import ARKIT27
+from ego_assets.trajectory.store import write_trajectory
+
+log = logging.getLogger(__name__)
+
+HAND_RATE_HZ = 90.0
+HEAD_RATE_HZ = 60.0
+TARGET_REALTIME_FACTOR = 200.0
+ORIGIN_NS = 1_793_000_000_000_000_000
+START_MONO_S = 5123.25
+N_JOINTS = len(ARKIT27)
+
+
+def _write_csv(path: Path, header: tuple[str, ...], columns: list[np.ndarray]) -> None:
+    """CSV with an unquoted header; floats rounded to 6 decimals as a device writes them."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = [np.round(c, 6) if c.dtype.kind == "f" else c for c in columns]
+    table = pa.table(dict(zip(header, arrays, strict=True)))
+    with path.open("wb") as fh:
+        fh.write((",".join(header) + "\n").encode())
+        pacsv.write_csv(table, fh, write_options=pacsv.WriteOptions(include_header=False))
+
+
+def _unit_quaternions(phase: np.ndarray) -> np.ndarray:
+    """(..., 4) smooth unit quaternions (x, y, z, w) from a phase array (rad)."""
+    q = np.stack([0.2 * np.sin(phase), 0.1 * np.cos(1.3 * phase), 0.05 * np.sin(0.7 * phase)], -1)
+    w = np.sqrt(1.0 - (q * q).sum(-1, keepdims=True))
+    return np.concatenate([q, w], -1)
+
+
+def _hand_columns(t: np.ndarray, side: int, local: bool) -> list[np.ndarray]:
+    n = len(t)
+    joints = np.arange(N_JOINTS)
+    phase = 2 * np.pi * 0.5 * t[:, None] + 0.1 * joints[None, :] + side  # (T, J)
+    offset = 0.0 if local else (0.3 * (2 * side - 1))
+    pos = np.stack(
+        [
+            offset + 0.01 * joints + 0.02 * np.sin(phase),
+            (0.0 if local else 1.2) + 0.015 * np.cos(phase),
+            (0.0 if local else -0.4) - 0.008 * joints + 0.01 * np.sin(2 * phase),
+        ],
+        -1,
+    )  # (T, J, 3)
+    rot = _unit_quaternions(phase)  # (T, J, 4)
+    tracked = ((np.arange(n)[:, None] + joints[None, :]) % 50 != 0).astype(np.int8)
+    hand_tracked = (np.arange(n) % 500 != 0).astype(np.int8)
+    cols: list[np.ndarray] = [t + START_MONO_S, hand_tracked]
+    for j in range(N_JOINTS):
+        cols += [pos[:, j, k] for k in range(3)] + [rot[:, j, k] for k in range(4)]
+        cols.append(tracked[:, j])
+    return cols
+
+
+def write_visionpro_capture(root: Path, seconds: float) -> Path:
+    """A minimal Vision Pro holos package (metadata, head, 4 hand CSVs, marker)."""
+    root.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "schema": "holos-capture",
+        "schema_version": 1,
+        "capture_id": "bench-normalize",
+        "modality": "visionpro",
+        "device": {"model": "Apple Vision Pro", "os": "visionOS 26.1"},
+        "app": {"name": "Holos", "version": "3.2.0"},
+        "clock": {"mono_origin_epoch_ns": ORIGIN_NS, "capture_start_mono_s": START_MONO_S},
+        "world_frame": "arkit_world",
+        "handedness": "right",
+        "up_axis": "Y",
+        "task": "benchmark",
+        "instructions": [],
+    }
+    (root / "metadata.json").write_text(json.dumps(meta))
+    t_head = np.arange(int(seconds * HEAD_RATE_HZ)) / HEAD_RATE_HZ
+    head_q = _unit_quaternions(2 * np.pi * 0.2 * t_head)
+    head = [t_head + START_MONO_S, 0.1 * np.sin(t_head), 1.6 + 0.01 * np.cos(t_head), 0 * t_head]
+    _write_csv(root / "device_pose.csv", POSE_COLUMNS, head + [head_q[:, k] for k in range(4)])
+    t_hand = np.arange(int(seconds * HAND_RATE_HZ)) / HAND_RATE_HZ
+    for side, name in enumerate(("left", "right")):
+        for space in ("world", "local"):
+            cols = _hand_columns(t_hand, side, space == "local")
+            _write_csv(root / f"hands/{name}_{space}.csv", HAND_COLUMNS, cols)
+    (root / "ego_capture.json").write_text(
+        json.dumps({"format": "ego-capture-marker", "version": 1, "kind": "holos"})
+    )
+    return root
+
+
+def naive_read(root: Path) -> dict[str, dict[str, np.ndarray]]:
+    """Baseline: pandas, then one Python iteration per row building lists, then stack."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for csv in sorted(root.glob("hands/*.csv")):
+        df = pd.read_csv(csv)
+        positions, rotations, tracked, hand = [], [], [], []
+        for row in df.itertuples(index=False):
+            values = list(row)
+            positions.append([[values[2 + 8 * j + k] for k in range(3)] for j in range(N_JOINTS)])
+            rotations.append([[values[5 + 8 * j + k] for k in range(4)] for j in range(N_JOINTS)])
+            tracked.append([values[9 + 8 * j] == 1 for j in range(N_JOINTS)])
+            hand.append(values[1] == 1)
+        out[csv.stem] = {
+            "timestamp_ns": ORIGIN_NS
+            + np.rint(df["t_mono_s"].to_numpy() * 1e6).astype(np.int64) * 1000,
+            "position": np.array(positions),
+            "rotation": np.array(rotations),
+            "joint_valid": np.array(tracked),
+            "hand_valid": np.array(hand),
+        }
+    df = pd.read_csv(root / "device_pose.csv")
+    poses = [([r.tx, r.ty, r.tz], [r.qx, r.qy, r.qz, r.qw]) for r in df.itertuples(index=False)]
+    out["device_pose"] = {
+        "position": np.array([p for p, _ in poses]),
+        "rotation": np.array([q for _, q in poses]),
+    }
+    return out
+
+
+def _timed(fn: Any, *args: Any) -> tuple[Any, float, float]:
+    """(result, wall-clock seconds, CPU seconds of this process)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    result = fn(*args)
+    return result, time.perf_counter() - start, time.process_time() - cpu
+
+
+def run(seconds: float, naive_seconds: float, work: Path) -> dict[str, Any]:
+    """Generate, normalize and compare; returns the figures."""
+    pa.set_cpu_count(1)
+    pa.set_io_thread_count(1)
+    full, gen_s, _ = _timed(write_visionpro_capture, work / "full", seconds)
+    size_mb = sum(p.stat().st_size for p in full.rglob("*") if p.is_file()) / 1e6
+    trajectory, read_s, read_cpu_s = _timed(read_capture, "full", full)
+    _, write_s, write_cpu_s = _timed(write_trajectory, trajectory, work / "episode")
+    total_s = read_s + write_s
+
+    part = write_visionpro_capture(work / "slice", naive_seconds)
+    naive, naive_s, _ = _timed(naive_read, part)
+    sliced, slice_read_s, _ = _timed(read_capture, "slice", part)
+    reference = sliced.stream("hand_right_world").fields["position"]
+    if not np.array_equal(naive["right_world"]["position"], reference):
+        raise RuntimeError("naive baseline and reader disagree on hand_right_world positions")
+    scale = seconds / naive_seconds
+    naive_full_s = naive_s * scale
+    hand_rows = len(trajectory.stream("hand_right_world"))
+    return {
+        "capture_seconds": seconds,
+        "csv_megabytes": round(size_mb, 1),
+        "hand_rows_per_file": hand_rows,
+        "generate_s": gen_s,
+        "read_s": read_s,
+        "write_s": write_s,
+        "total_s": total_s,
+        "realtime_factor": seconds / total_s,
+        "read_cpu_s": read_cpu_s,
+        "write_cpu_s": write_cpu_s,
+        "realtime_factor_cpu": seconds / (read_cpu_s + write_cpu_s),
+        "load_average_1min": os.getloadavg()[0],
+        "read_realtime_factor": seconds / read_s,
+        "target_realtime_factor": TARGET_REALTIME_FACTOR,
+        "meets_target": seconds / total_s >= TARGET_REALTIME_FACTOR,
+        "naive_slice_seconds": naive_seconds,
+        "naive_slice_read_s": naive_s,
+        "reader_slice_read_s": slice_read_s,
+        "naive_read_s_scaled": naive_full_s,
+        "speedup_vs_naive": naive_full_s / read_s,
+        "threads": {"pyarrow_cpu": pa.cpu_count(), "pyarrow_io": pa.io_thread_count()},
+    }
+
+
+def _table(r: dict[str, Any]) -> str:
+    secs = r["capture_seconds"]
+    slice_s = r["naive_slice_seconds"]
+    rows = [
+        (f"generate CSVs ({r['csv_megabytes']} MB, not timed)", r["generate_s"], None),
+        ("read_holos (vectorized reader)", r["read_s"], secs / r["read_s"]),
+        ("write_trajectory (parquet zstd)", r["write_s"], secs / r["write_s"]),
+        ("read + write (normalize)", r["total_s"], r["realtime_factor"]),
+        (f"reader on the {slice_s:g} s slice", r["reader_slice_read_s"], None),
+        (f"naive pandas row loop, {slice_s:g} s slice", r["naive_slice_read_s"], None),
+        (
+            f"naive, scaled x{secs / slice_s:g} to {secs:g} s",
+            r["naive_read_s_scaled"],
+            secs / r["naive_read_s_scaled"],
+        ),
+    ]
+    lines = [f"{'stage':<48} {'seconds':>9} {'x realtime':>11}"]
+    for name, s, factor in rows:
+        lines.append(f"{name:<48} {s:>9.3f} {'' if factor is None else f'{factor:>10.0f}x':>11}")
+    lines.append(
+        f"CPU time (process, 1 core): read {r['read_cpu_s']:.3f} s + write "
+        f"{r['write_cpu_s']:.3f} s = {r['realtime_factor_cpu']:.0f}x realtime; "
+        f"load average {r['load_average_1min']:.2f} on {os.cpu_count()} cores"
+    )
+    lines.append(
+        f"speedup vs naive (read): {r['speedup_vs_naive']:.0f}x; "
+        f"target {r['target_realtime_factor']:.0f}x realtime: "
+        f"{'met' if r['meets_target'] else 'NOT met'}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench normalize", description=__doc__)
+    parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    parser.add_argument("--seconds", type=float, default=600.0, help="capture length, s")
+    parser.add_argument("--naive-seconds", type=float, default=60.0, help="baseline slice, s")
+    parser.add_argument("--work", type=Path, help="working folder (default: a temp folder)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
+        result = run(args.seconds, args.naive_seconds, args.work)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench-normalize-") as tmp:
+            result = run(args.seconds, args.naive_seconds, Path(tmp))
+    log.info("%s", _table(result))
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
