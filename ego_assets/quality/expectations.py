@@ -1,0 +1,240 @@
+"""Great Expectations 1.x suite over a compact table derived from the quality report.
+
+GX costs seconds to import, so it is imported inside the functions that need it, and
+the ephemeral context, its pandas datasource and the suite are built once per process.
+
+GX spends its time per expectation (building the metric graph), not per row, so the
+checks are laid out long: `checks_frame` has one row per (scope, check) with the value,
+its limit and the margin ``limit - value``, in an ``error_margin`` column for checks of
+severity ERROR and a ``warn_margin`` column for WARN. The suite is then two
+expectations (each margin >= 0; GX skips the nulls), and one episode validates in a few
+tens of milliseconds after warm-up. `run_expectations` maps GX's failing row indices
+back to one `CheckOutcome` per check.
+
+Severity: ``ERROR`` blocks every downstream asset of the episode; ``WARN`` is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from ego_assets.quality.report import QualityReport
+from ego_assets.quality.thresholds import Thresholds, default_thresholds
+
+if TYPE_CHECKING:
+    from great_expectations.core.batch_definition import BatchDefinition
+    from great_expectations.core.expectation_suite import ExpectationSuite
+    from great_expectations.data_context import AbstractDataContext
+
+log = logging.getLogger(__name__)
+
+_GX_SEVERITY = {"ERROR": "critical", "WARN": "warning"}
+_MARGIN_COLUMN = {"ERROR": "error_margin", "WARN": "warn_margin"}
+_DATASOURCE = "ego_quality"
+_ASSET = "episode_checks"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One check of the suite.
+
+    Attributes:
+        name: the report figure checked (``StreamQuality``/``HandQuality`` attribute).
+        scope: ``"stream"`` or ``"hand"``: which rows of the report it reads.
+        severity: ``"ERROR"`` (blocks downstream) or ``"WARN"``.
+        limit: ``"zero"`` (value must be 0) or ``"fail"`` (at most the metric's fail limit).
+        description: what it checks, in words.
+    """
+
+    name: str
+    scope: str
+    severity: str
+    limit: str
+    description: str
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("backwards_timestamps", "stream", "ERROR", "zero", "no timestamp goes backwards"),
+    Check(
+        "tracking_loss_ratio",
+        "hand",
+        "ERROR",
+        "fail",
+        "each hand is tracked in enough of its samples",
+    ),
+    Check("duplicate_timestamp_ratio", "stream", "WARN", "zero", "no timestamp is repeated"),
+    Check("non_finite_ratio", "stream", "WARN", "zero", "no NaN/inf in samples marked valid"),
+    Check("longest_gap_s", "stream", "WARN", "fail", "no gap is longer than the fail limit"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    """One check's result on one episode.
+
+    Attributes:
+        expectation: GX expectation and the check, e.g.
+            ``"expect_column_values_to_be_between(error_margin)[backwards_timestamps]"``.
+        description: what it checks, in words.
+        severity: ``"ERROR"`` or ``"WARN"``.
+        success: whether every row of the check met it.
+        observed: the offending rows as ``"<scope>=<value>"``.
+    """
+
+    expectation: str
+    description: str
+    severity: str
+    success: bool
+    observed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectationResults:
+    """All outcomes of one episode's suite, one per `CHECKS` entry, in that order."""
+
+    outcomes: tuple[CheckOutcome, ...]
+
+    @property
+    def passed(self) -> bool:
+        """True when no ERROR check failed (the episode may go downstream)."""
+        return not self.errors
+
+    @property
+    def errors(self) -> tuple[CheckOutcome, ...]:
+        return tuple(o for o in self.outcomes if o.severity == "ERROR" and not o.success)
+
+    @property
+    def warnings(self) -> tuple[CheckOutcome, ...]:
+        return tuple(o for o in self.outcomes if o.severity == "WARN" and not o.success)
+
+
+def _limit(check: Check, thresholds: Thresholds) -> float:
+    return 0.0 if check.limit == "zero" else thresholds.metric(check.name).fail
+
+
+def checks_frame(report: QualityReport, thresholds: Thresholds) -> pd.DataFrame:
+    """The table the suite validates: one row per (scope, check).
+
+    Columns: ``check`` and ``scope`` (str); ``value``, ``limit``, ``error_margin`` and
+    ``warn_margin`` (float64; a margin is ``limit - value`` in the column of the check's
+    severity and null in the other, and null when the value is not measurable).
+    Figures that do not apply (timing of event streams) have no row.
+    """
+    checks, scopes, values, limits, severities = [], [], [], [], []
+    for check in CHECKS:
+        if check.scope == "stream":
+            items = [(f"stream:{s.name}", getattr(s, check.name)) for s in report.streams]
+            if check.name != "non_finite_ratio":
+                timed = {f"stream:{s.name}" for s in report.streams if s.timed}
+                items = [(scope, v) for scope, v in items if scope in timed]
+        else:
+            items = [(f"hand:{h.hand}", getattr(h, check.name)) for h in report.hands]
+        for scope, value in items:
+            checks.append(check.name)
+            scopes.append(scope)
+            values.append(float(value))
+            limits.append(_limit(check, thresholds))
+            severities.append(check.severity)
+    value_arr, limit_arr = np.asarray(values, np.float64), np.asarray(limits, np.float64)
+    margin = limit_arr - value_arr
+    severity_arr = np.asarray(severities, dtype=object)
+    return pd.DataFrame(
+        {
+            "check": checks,
+            "scope": scopes,
+            "value": value_arr,
+            "limit": limit_arr,
+            "error_margin": np.where(severity_arr == "ERROR", margin, np.nan),
+            "warn_margin": np.where(severity_arr == "WARN", margin, np.nan),
+        }
+    )
+
+
+@cache
+def _gx() -> tuple[AbstractDataContext, BatchDefinition]:
+    """The process's ephemeral GX context and its whole-dataframe batch definition."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(),
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),
+    )
+    context = gx.get_context(mode="ephemeral", project_config=config)
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    asset = context.data_sources.add_pandas(_DATASOURCE).add_dataframe_asset(_ASSET)
+    return context, asset.add_batch_definition_whole_dataframe("whole")
+
+
+@cache
+def _suite(thresholds: Thresholds) -> ExpectationSuite:
+    """The suite for ``thresholds``, registered once in the process's context."""
+    import great_expectations as gx
+    from great_expectations.expectations.metadata_types import FailureSeverity
+
+    context, _ = _gx()
+    name = f"ego_quality_v{thresholds.version}_{hash(thresholds) & 0xFFFFFFFF:08x}"
+    suite = context.suites.add(gx.ExpectationSuite(name=name))
+    for severity, column in _MARGIN_COLUMN.items():
+        suite.add_expectation(
+            gx.expectations.ExpectColumnValuesToBeBetween(
+                column=column, min_value=0.0, severity=FailureSeverity(_GX_SEVERITY[severity])
+            )
+        )
+    return suite
+
+
+def warm_up(thresholds: Thresholds | None = None) -> None:
+    """Import GX and build the context and suite now (about 10 s on a cold process)."""
+    _suite(thresholds if thresholds is not None else default_thresholds())
+
+
+def run_expectations(
+    report: QualityReport, thresholds: Thresholds | None = None
+) -> ExpectationResults:
+    """Validate ``report`` with the GX suite; ERROR failures mean: block downstream."""
+    limits = thresholds if thresholds is not None else default_thresholds()
+    frame = checks_frame(report, limits)
+    batch = _gx()[1].get_batch(batch_parameters={"dataframe": frame})
+    result = batch.validate(
+        _suite(limits),
+        result_format={"result_format": "SUMMARY", "partial_unexpected_count": len(frame)},
+    )
+    failing: set[int] = set()
+    kinds: dict[str, str] = {}
+    for res in result.results:
+        config = res.expectation_config
+        if config is None:
+            raise RuntimeError("GX returned a result without its expectation configuration")
+        column = str(config.kwargs["column"])
+        kinds[column] = str(config.type)
+        failing.update(int(i) for i in (res.result or {}).get("partial_unexpected_index_list", []))
+    outcomes = []
+    for check in CHECKS:
+        rows = frame.index[frame["check"] == check.name]
+        bad = [i for i in rows if i in failing]
+        column = _MARGIN_COLUMN[check.severity]
+        outcomes.append(
+            CheckOutcome(
+                expectation=f"{kinds.get(column, '')}({column})[{check.name}]",
+                description=check.description,
+                severity=check.severity,
+                success=not bad,
+                observed=tuple(f"{frame.at[i, 'scope']}={frame.at[i, 'value']:g}" for i in bad),
+            )
+        )
+    failed = [o for o in outcomes if not o.success]
+    if failed:
+        log.info("capture %s: failed checks: %s", report.capture_id, failed)
+    return ExpectationResults(tuple(outcomes))
