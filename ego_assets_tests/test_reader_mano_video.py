@@ -160,6 +160,7 @@ def test_capture_info_camera_and_annotations(trajectory):
         "slam_world",
     )
     assert (info.handedness, info.up_axis) == ("right", "Y")
+    assert (info.source_capture_id, info.split) == ("clip-7", "train")
     (cam,) = info.cameras
     assert (cam.model, cam.width, cam.height, cam.fx, cam.fy, cam.cx, cam.cy) == (
         "pinhole",

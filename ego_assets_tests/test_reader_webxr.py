@@ -161,6 +161,9 @@ def test_slot_streams_have_one_row_per_journal_slot_including_gaps(trajectory):
     assert slots.attrs["rate_hz"] == 30
     assert slot_ns(1) == 1793000000033333333
     assert trajectory.info.start_ns == slot_ns(0)
+    # CERES keeps the recorder's monotonic time as the source timestamp, in seconds.
+    assert slots.fields["source_time"].tolist() == [t_ms(i) / 1000.0 for i in range(6)]
+    assert trajectory.info.source_capture_id == "ep-1"
 
 
 def test_hand_joint_position_radius_and_flags_at_a_slot(trajectory):

@@ -64,6 +64,8 @@ _CAMERA_ARRAYS: dict[str, tuple[str, tuple[int | str, ...]]] = {
 
 @dataclass(frozen=True, slots=True)
 class _Meta:
+    clip_id: str
+    split: str
     dataset_name: str
     fps: float
     width: int
@@ -161,7 +163,9 @@ def read_mano_video(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajector
         source_kind="mano-video",
         source_version=f"{SCHEMA}/{SCHEMA_VERSION}",
         start_ns=start_ns,
+        source_capture_id=meta.clip_id,
         dataset_name=meta.dataset_name,
+        split=meta.split,
         world_frame=meta.world_frame,
         handedness=meta.handedness,
         up_axis=meta.up_axis,
@@ -209,6 +213,8 @@ def _read_meta(files: CaptureFiles) -> _Meta:
     if up_axis not in ("X", "Y", "Z", "-X", "-Y", "-Z"):
         raise files.error(rel, "must be one of X, Y, Z, -X, -Y, -Z", field="up_axis")
     return _Meta(
+        clip_id=require(files, rel, doc, "clip_id", str),
+        split=require(files, rel, doc, "split", str),
         dataset_name=require(files, rel, doc, "dataset_name", str),
         fps=float(require(files, rel, doc, "fps", (int, float))),
         width=require(files, rel, doc, "width", int),

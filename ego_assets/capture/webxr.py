@@ -65,6 +65,7 @@ _STUDY_STRINGS = (
 class _Session:
     """What the reader takes from ``session.json`` (never the user agent or device id)."""
 
+    episode_id: str
     recorder_rate_hz: float
     reference_space: str
     time_origin_epoch_ms: float
@@ -115,6 +116,7 @@ def read_webxr(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
         source_kind="webxr",
         source_version=f"{SCHEMA}/{SCHEMA_VERSION}",
         start_ns=start_ns,
+        source_capture_id=session.episode_id,
         world_frame=session.reference_space,
         handedness="right",
         up_axis="Y",
@@ -161,6 +163,7 @@ def _read_session(files: CaptureFiles) -> _Session:
         spec_path = require(files, rel, spec, "path", str)
         spec_version = require(files, rel, spec, "version", str)
     return _Session(
+        episode_id=require(files, rel, doc, "episode_id", str),
         recorder_rate_hz=rate,
         reference_space=require(files, rel, doc, "reference_space", str),
         time_origin_epoch_ms=float(require(files, rel, doc, "time_origin_epoch_ms", (int, float))),
@@ -274,7 +277,7 @@ def _slot_streams(
             "recorder_slots",
             slot_ns,
             start_ns,
-            {"slot_index": slots.slot, "gap": slots.gap},
+            {"slot_index": slots.slot, "gap": slots.gap, "source_time": slots.t_ms / 1000.0},
             {"rate_hz": rate_hz, **source},
         ),
         make_stream(
