@@ -357,7 +357,7 @@ _HAND_METRICS = (
     "betas_std_max",
     "wrist_speed_p99_mps",
     "teleport_count",
-    "jitter_third_diff_mm",
+    "jitter_mps3",
 )
 _CROSS_METRICS = ("start_misalignment_s", "end_misalignment_s")
 
