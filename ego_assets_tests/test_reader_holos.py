@@ -11,6 +11,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from scipy.spatial.transform import Rotation
 
 from ego_assets.capture import read_capture
 from ego_assets.capture.holos import HAND_COLUMNS, LANDMARK_COLUMNS
@@ -31,9 +32,9 @@ def _write_csv(path: Path, header: list[str] | tuple[str, ...], rows: list[list[
     path.write_text("\n".join(lines) + "\n")
 
 
-def hand_value(row: int, joint: int, comp: int, side: str, space: str) -> float:
-    """Known value of component ``comp`` (px..qw) of ``joint`` at ``row``."""
-    base = (1.0 if side == "right" else 0.0) + (0.5 if space == "local" else 0.0)
+def hand_value(row: int, joint: int, comp: int, side: str) -> float:
+    """Known local (anchor-relative) value of component ``comp`` (px..qw) of ``joint``."""
+    base = 1.5 if side == "right" else 0.5
     return round(base + row * 0.1 + joint * 0.001 + comp * 0.0001, 6)
 
 
@@ -41,12 +42,36 @@ def joint_tracked(row: int, joint: int) -> int:
     return int((row + joint) % 3 != 0)
 
 
-def _hand_rows(side: str, space: str) -> list[list[object]]:
+# Hand anchors (world): right rotated 90 deg about +y at (1 + 0.01 row, 2, 3); left
+# unrotated at (-0.2, 1.4, -0.4 + 0.01 row). Quaternions at 6 decimals, as a device writes.
+Y90 = (0.0, 0.707107, 0.0, 0.707107)
+X90 = (0.707107, 0.0, 0.0, 0.707107)
+
+
+def anchor_pose(row: int, side: str) -> list[float]:
+    if side == "right":
+        return [round(1.0 + 0.01 * row, 6), 2.0, 3.0, *Y90]
+    return [-0.2, 1.4, round(-0.4 + 0.01 * row, 6), 0.0, 0.0, 0.0, 1.0]
+
+
+# One joint with a simple local pose: right indexFingerTip at row 0, 10 cm along the
+# anchor's x, rotated 90 deg about the anchor's x.
+SIMPLE_JOINT = ARKIT27.index("indexFingerTip")
+SIMPLE_LOCAL = (0.1, 0.0, 0.0, *X90)
+
+
+def local_pose(row: int, joint: int, side: str) -> list[float]:
+    if (row, joint, side) == (0, SIMPLE_JOINT, "right"):
+        return list(SIMPLE_LOCAL)
+    return [hand_value(row, joint, k, side) for k in range(7)]
+
+
+def _hand_rows(side: str) -> list[list[object]]:
     rows: list[list[object]] = []
     for i, t in enumerate(HAND_T):
-        row: list[object] = [t, int(i != 2)]
+        row: list[object] = [t, int(i != 2), *anchor_pose(i, side)]
         for j in range(len(ARKIT27)):
-            row += [hand_value(i, j, k, side, space) for k in range(7)]
+            row += local_pose(i, j, side)
             row.append(joint_tracked(i, j))
         rows.append(row)
     return rows
@@ -142,9 +167,7 @@ def write_holos(root: Path, modality: str = "visionpro") -> Path:
         if iphone:
             _write_csv(root / f"hands/{side}_landmarks.csv", LANDMARK_COLUMNS, _landmark_rows(side))
         else:
-            for space in ("world", "local"):
-                rows = _hand_rows(side, space)
-                _write_csv(root / f"hands/{side}_{space}.csv", HAND_COLUMNS, rows)
+            _write_csv(root / f"hands/{side}.csv", HAND_COLUMNS, _hand_rows(side))
     imu_header = ["t_mono_s"] + [f"user_accel_{a}_g" for a in "xyz"]
     imu_header += [f"rotation_rate_{a}" for a in "xyz"] + [f"gravity_{a}_g" for a in "xyz"]
     imu_rows = [[POSE_T[0], 0.5, -0.25, 0.1, 0.01, 0.02, 0.03, 0.0, -1.0, 0.0]]
@@ -248,31 +271,100 @@ def expected_ns(t_mono_s: float) -> int:
     return ORIGIN_NS + round(t_mono_s * 1e6) * 1000
 
 
-def test_visionpro_hand_joint_position_rotation_and_flags_match_the_csv(visionpro):
-    hand = visionpro.stream("hand_right_world")
-    j = ARKIT27.index("indexFingerTip")
+def test_visionpro_local_joints_and_flags_are_the_csv_values(visionpro):
+    hand = visionpro.stream("hand_right_local")
+    j = ARKIT27.index("thumbTip")
     assert hand.kind == "hand_joints"
     assert dict(hand.attrs) == {
         "joint_set": "arkit27",
         "hand": "right",
-        "frame": "world",
+        "frame": "wrist",
         "nominal_rate_hz": 90.0,
-        "source_file": "hands/right_world.csv",
+        "source_file": "hands/right.csv",
     }
     assert hand.fields["position"].shape == (4, 27, 3)
     assert hand.fields["position"][2, j].tolist() == [
-        hand_value(2, j, k, "right", "world") for k in range(3)
+        hand_value(2, j, k, "right") for k in (0, 1, 2)
     ]
     assert hand.fields["rotation"][3, 26].tolist() == [
-        hand_value(3, 26, k, "right", "world") for k in range(3, 7)
+        hand_value(3, 26, k, "right") for k in range(3, 7)
     ]
+    assert hand.fields["position"][0, SIMPLE_JOINT].tolist() == [0.1, 0.0, 0.0]
     assert hand.fields["joint_valid"][1].tolist() == [
         bool(joint_tracked(1, jj)) for jj in range(27)
     ]
     assert hand.fields["hand_valid"].tolist() == [True, True, False, True]
-    local = visionpro.stream("hand_left_local")
-    assert local.attrs["frame"] == "wrist"
-    assert local.fields["position"][0, 0, 0] == hand_value(0, 0, 0, "left", "local") == 0.5
+    left = visionpro.stream("hand_left_local")
+    assert left.fields["position"][0, 0, 0] == hand_value(0, 0, 0, "left") == 0.5
+
+
+def test_visionpro_world_joint_is_the_anchor_pose_applied_to_the_local_pose(visionpro):
+    world = visionpro.stream("hand_right_world")
+    assert world.attrs["frame"] == "world" and world.attrs["source_file"] == "hands/right.csv"
+    # anchor: 90 deg about +y at (1, 2, 3); local (0.1, 0, 0) is along the anchor's x,
+    # which the rotation turns into world -z.
+    assert world.fields["position"][0, SIMPLE_JOINT] == pytest.approx([1.0, 2.0, 2.9], abs=1e-12)
+    # rotation: (90 deg about y) then (90 deg about x) = (0.5, 0.5, -0.5, 0.5); the local
+    # quaternion's 6-decimal norm (1 + 3e-7) is kept, the anchor's is normalized away.
+    assert world.fields["rotation"][0, SIMPLE_JOINT] == pytest.approx(
+        [0.5, 0.5, -0.5, 0.5], abs=1e-6
+    )
+    # row 3, thumbTip: local (x, y, z) -> world (1.03 + z, 2 + y, 3 - x)
+    x, y, z = (hand_value(3, ARKIT27.index("thumbTip"), k, "right") for k in (0, 1, 2))
+    assert world.fields["position"][3, ARKIT27.index("thumbTip")] == pytest.approx(
+        [1.03 + z, 2.0 + y, 3.0 - x], abs=1e-12
+    )
+    left = visionpro.stream("hand_left_world")  # unrotated anchor: a pure translation
+    assert left.fields["position"][1, 5].tolist() == pytest.approx(
+        [
+            hand_value(1, 5, 0, "left") - 0.2,
+            hand_value(1, 5, 1, "left") + 1.4,
+            hand_value(1, 5, 2, "left") - 0.39,
+        ],
+        abs=1e-12,
+    )
+    assert np.array_equal(
+        world.fields["joint_valid"], visionpro.stream("hand_right_local").fields["joint_valid"]
+    )
+    assert world.fields["hand_valid"].tolist() == [True, True, False, True]
+
+
+def test_visionpro_world_joints_agree_with_scipy_rotation_composition(visionpro):
+    world = visionpro.stream("hand_right_world").fields
+    local = visionpro.stream("hand_right_local").fields
+    anchor = visionpro.stream("hand_right_anchor").fields
+    j = local["position"].shape[1]
+    rot = Rotation.from_quat(np.repeat(anchor["rotation"], j, axis=0))
+    expected_p = rot.apply(local["position"].reshape(-1, 3)) + np.repeat(anchor["position"], j, 0)
+    assert world["position"].reshape(-1, 3) == pytest.approx(expected_p, abs=1e-12)
+    # scipy normalizes both factors; compare directions of the quaternions
+    expected_q = (rot * Rotation.from_quat(local["rotation"].reshape(-1, 4))).as_quat()
+    got_q = world["rotation"].reshape(-1, 4)
+    got_q = got_q / np.linalg.norm(got_q, axis=1, keepdims=True)
+    sign = np.sign(np.sum(got_q * expected_q, axis=1, keepdims=True))
+    assert got_q == pytest.approx(expected_q * sign, abs=1e-12)
+
+
+def test_visionpro_hand_anchor_stream_is_the_anchor_pose_valid_when_the_hand_is_tracked(
+    visionpro,
+):
+    anchor = visionpro.stream("hand_right_anchor")
+    assert anchor.kind == "pose"
+    assert dict(anchor.attrs) == {
+        "hand": "right",
+        "frame": "world",
+        "nominal_rate_hz": 90.0,
+        "source_file": "hands/right.csv",
+    }
+    assert anchor.fields["position"][2].tolist() == [1.02, 2.0, 3.0]
+    assert anchor.fields["rotation"][1].tolist() == list(Y90)
+    assert anchor.fields["valid"].tolist() == [True, True, False, True]
+    assert anchor.timestamp_ns.tolist() == [expected_ns(t) for t in HAND_T]
+    assert visionpro.stream("hand_left_anchor").fields["position"][3].tolist() == [
+        -0.2,
+        1.4,
+        -0.37,
+    ]
 
 
 def test_timestamp_ns_is_origin_plus_rounded_microseconds_and_time_is_capture_relative(visionpro):
@@ -408,10 +500,10 @@ def test_trajectory_round_trips_through_the_store(visionpro, tmp_path):
 
 def test_duplicate_and_backwards_times_are_kept_in_file_order(tmp_path):
     root = write_holos(tmp_path / "cap")
-    rows = _hand_rows("left", "world")
+    rows = _hand_rows("left")
     rows[2][0] = rows[1][0]
     rows[3][0] = 5123.2
-    _write_csv(root / "hands/left_world.csv", HAND_COLUMNS, rows)
+    _write_csv(root / "hands/left.csv", HAND_COLUMNS, rows)
     hand = read_capture("cap", root).stream("hand_left_world")
     assert hand.timestamp_ns.tolist() == [
         expected_ns(t) for t in (HAND_T[0], HAND_T[1], HAND_T[1], 5123.2)
@@ -447,8 +539,8 @@ def _set_cell(rel: str, row: int, column: str, value: str) -> Callable[[Path], N
 
 def _drop_joint(root: Path) -> None:
     header = [c for c in HAND_COLUMNS if not c.startswith("forearmArm_")]
-    rows = [row[: len(header)] for row in _hand_rows("right", "world")]
-    _write_csv(root / "hands/right_world.csv", header, rows)
+    rows = [row[: len(header)] for row in _hand_rows("right")]
+    _write_csv(root / "hands/right.csv", header, rows)
 
 
 def _edit_meta(key: str, value: object) -> Callable[[Path], None]:
@@ -462,8 +554,8 @@ def _edit_meta(key: str, value: object) -> Callable[[Path], None]:
 
 BAD_INPUTS = {
     "missing file": (
-        lambda root: (root / "hands/left_local.csv").unlink(),
-        "hands/left_local.csv",
+        lambda root: (root / "hands/left.csv").unlink(),
+        "hands/left.csv",
         None,
         None,
         "missing",
@@ -476,8 +568,8 @@ BAD_INPUTS = {
         "empty",
     ),
     "short row": (
-        _replace_line("hands/left_world.csv", 3, lambda line: line.rsplit(",", 1)[0]),
-        "hands/left_world.csv",
+        _replace_line("hands/left.csv", 3, lambda line: line.rsplit(",", 1)[0]),
+        "hands/left.csv",
         None,
         3,
         "malformed CSV",
@@ -497,27 +589,41 @@ BAD_INPUTS = {
         "missing column",
     ),
     "text in a float column": (
-        _set_cell("hands/right_local.csv", 2, "thumbTip_py", "abc"),
-        "hands/right_local.csv",
+        _set_cell("hands/right.csv", 2, "thumbTip_py", "abc"),
+        "hands/right.csv",
         "thumbTip_py",
         2,
         "malformed CSV",
     ),
     "tracked flag not 0/1": (
-        _set_cell("hands/right_world.csv", 4, "wrist_tracked", "2"),
-        "hands/right_world.csv",
+        _set_cell("hands/right.csv", 4, "wrist_tracked", "2"),
+        "hands/right.csv",
         "wrist_tracked",
         4,
         "0 or 1",
     ),
     "hand flag not an integer": (
-        _set_cell("hands/left_world.csv", 1, "hand_tracked", "yes"),
-        "hands/left_world.csv",
+        _set_cell("hands/left.csv", 1, "hand_tracked", "yes"),
+        "hands/left.csv",
         "hand_tracked",
         1,
         "malformed CSV",
     ),
-    "26 joints": (_drop_joint, "hands/right_world.csv", "forearmArm_px", 0, "missing column"),
+    "text in an anchor column": (
+        _set_cell("hands/left.csv", 3, "anchor_qw", "x"),
+        "hands/left.csv",
+        "anchor_qw",
+        3,
+        "malformed CSV",
+    ),
+    "no anchor columns": (
+        _replace_line("hands/right.csv", 0, lambda line: line.replace(",anchor_px", ",px")),
+        "hands/right.csv",
+        "anchor_px",
+        0,
+        "missing column",
+    ),
+    "26 joints": (_drop_joint, "hands/right.csv", "forearmArm_px", 0, "missing column"),
     "unknown schema_version": (
         _edit_meta("schema_version", 2),
         "metadata.json",

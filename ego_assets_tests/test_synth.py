@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 from scipy.spatial.transform import Rotation
 
+from ego_assets.capture import read_capture
 from ego_assets.synth import FAULTS, KINDS, synthesize
-from ego_assets.synth.motion import POSE_LIBRARY_DIR
+from ego_assets.synth.motion import POSE_LIBRARY_DIR, make_scene
 from ego_assets.synth.video import WRIST_RGB, decode_frames
 from ego_assets.trajectory.joints import ARKIT27, VISION21, bones
 
@@ -25,10 +26,8 @@ EXPECTED_FILES = {
     "holos-visionpro": {
         "metadata.json",
         "device_pose.csv",
-        "hands/left_world.csv",
-        "hands/right_world.csv",
-        "hands/left_local.csv",
-        "hands/right_local.csv",
+        "hands/left.csv",
+        "hands/right.csv",
         "objects/anchors.csv",
         "media/camera_left.mov",
         "media/camera_right.mov",
@@ -77,7 +76,8 @@ EXPECTED_FILES = {
     },
 }
 POSE = ["tx", "ty", "tz", "qx", "qy", "qz", "qw"]
-SKELETON_HEADER = ["t_mono_s", "hand_tracked"] + [
+ANCHOR_HEADER = [f"anchor_{c}" for c in ("px", "py", "pz", "qx", "qy", "qz", "qw")]
+SKELETON_HEADER = ["t_mono_s", "hand_tracked", *ANCHOR_HEADER] + [
     f"{j}_{c}" for j in ARKIT27 for c in ("px", "py", "pz", "qx", "qy", "qz", "qw", "tracked")
 ]
 LANDMARK_HEADER = ["t_mono_s", "hand_confidence"] + [
@@ -126,10 +126,13 @@ def _bone_lengths(joints: np.ndarray) -> np.ndarray:
     return np.linalg.norm(joints[..., pairs[:, 1], :] - joints[..., pairs[:, 0], :], axis=-1)
 
 
-def _skeleton_positions(csv: Path) -> np.ndarray:
-    df = pd.read_csv(csv)
-    cols = [f"{j}_{c}" for j in ARKIT27[:25] for c in ("px", "py", "pz")]
-    return df[cols].to_numpy().reshape(len(df), 25, 3)
+def _skeleton_positions(root: Path, side: str, frame: str = "world") -> np.ndarray:
+    """(T, 25, 3) ARKit joints shared with WebXR, as the holos reader gives them.
+
+    ``frame="world"`` joints are derived by the reader as anchor ∘ local.
+    """
+    stream = read_capture(root.name, root).stream(f"hand_{side}_{frame}")
+    return np.asarray(stream.fields["position"][:, :25])
 
 
 def _red_centroid(img: np.ndarray, side: str = "right") -> np.ndarray:
@@ -176,10 +179,12 @@ def test_holos_csv_headers_and_json_keys_follow_the_doc(make):  # type: ignore[n
     assert header(vp / "device_pose.csv") == ["t_mono_s", *POSE]
     assert header(ph / "device_pose.csv") == ["t_mono_s", *POSE, "tracking_state"]
     for side in ("left", "right"):
-        assert header(vp / f"hands/{side}_world.csv") == SKELETON_HEADER
-        assert header(vp / f"hands/{side}_local.csv") == SKELETON_HEADER
+        assert header(vp / f"hands/{side}.csv") == SKELETON_HEADER
         assert header(ph / f"hands/{side}_landmarks.csv") == LANDMARK_HEADER
-    assert len(SKELETON_HEADER) == 218 and len(LANDMARK_HEADER) == 128
+    assert len(SKELETON_HEADER) == 225 and len(LANDMARK_HEADER) == 128
+    first = (vp / "hands/right.csv").read_text().splitlines()[1].split(",")
+    wrist, _ = make_scene(SEED, SECONDS).hands["right"].wrist(np.array([0.0]))
+    assert first[2:5] == [f"{v:.6f}" for v in wrist[0]]  # anchor = wrist, 6 decimals
     assert header(ph / "imu.csv") == IMU_HEADER
     assert header(vp / "media/camera_left_frames.csv") == FRAMES_HEADER
     assert header(ph / "media/camera_back_frames.csv") == FRAMES_HEADER
@@ -273,11 +278,11 @@ def test_bone_lengths_are_constant_and_equal_the_pose_library(make):  # type: ig
         ref = _library_bone_lengths(side)
         assert ref.min() > 0.01 and ref.max() < 0.08
         for frame in ("world", "local"):
-            lengths = _bone_lengths(_skeleton_positions(vp / f"hands/{side}_{frame}.csv"))
-            assert np.abs(lengths / ref - 1).max() < 1e-6
+            lengths = _bone_lengths(_skeleton_positions(vp, side, frame))
+            assert np.abs(lengths - ref).max() < 3e-6  # 6-decimal (µm) values
         xr = np.asarray([[j[:3] for j in s[side]["joints"]] for s in slots])
         assert np.abs(_bone_lengths(xr) / ref - 1).max() < 1e-6
-    local = pd.read_csv(vp / "hands/right_local.csv")
+    local = pd.read_csv(vp / "hands/right.csv")
     assert np.allclose(local[["wrist_px", "wrist_py", "wrist_pz"]], 0.0, atol=1e-8)
     forearm = local[["forearmArm_px", "forearmArm_py", "forearmArm_pz"]].to_numpy()
     assert np.allclose(forearm, [0.0, 0.0, 0.29], atol=1e-8)
@@ -287,11 +292,11 @@ def test_holos_video_frame_shows_the_right_wrist_at_its_projection(make):  # typ
     vp = make("holos-visionpro")
     frames, _ = decode_frames(vp / "media/camera_left.mov")
     table = pd.read_csv(vp / "media/camera_left_frames.csv")
-    world = pd.read_csv(vp / "hands/right_world.csv")
+    hand = pd.read_csv(vp / "hands/right.csv")
     for k in (5, 40):
         row = table.iloc[k]
-        wrist = world.loc[3 * k, ["wrist_px", "wrist_py", "wrist_pz"]].to_numpy(float)
-        assert world.loc[3 * k, "t_mono_s"] == pytest.approx(row["t_mono_s"], abs=1e-6)
+        wrist = hand.loc[3 * k, ["anchor_px", "anchor_py", "anchor_pz"]].to_numpy(float)
+        assert hand.loc[3 * k, "t_mono_s"] == pytest.approx(row["t_mono_s"], abs=1e-6)
         rot = Rotation.from_quat(row[["qx", "qy", "qz", "qw"]].to_numpy(float))
         x, y, z = rot.inv().apply(wrist - row[["tx", "ty", "tz"]].to_numpy(float))
         expected = [row["cx"] + row["fx"] * x / -z, row["cy"] - row["fy"] * y / -z]
@@ -399,7 +404,7 @@ def _longest_run(mask: np.ndarray) -> int:
 
 def test_dropout_and_never_seen_hand_are_in_the_raw_files(make):  # type: ignore[no-untyped-def]
     vp = make("holos-visionpro", faults=("dropout", "hand_never_seen"))
-    right = pd.read_csv(vp / "hands/right_world.csv")
+    right = pd.read_csv(vp / "hands/right.csv")
     lost = right.hand_tracked.to_numpy() == 0
     assert _longest_run(lost) >= 45  # >= 0.5 s at 90 Hz
     first = int(np.argmax(lost))
@@ -413,7 +418,9 @@ def test_dropout_and_never_seen_hand_are_in_the_raw_files(make):  # type: ignore
         .all()
     )
     assert (held.wrist_tracked == 0).all()
-    assert (pd.read_csv(vp / "hands/left_world.csv").hand_tracked == 0).all()
+    left_vp = pd.read_csv(vp / "hands/left.csv")
+    assert (left_vp.hand_tracked == 0).all()
+    assert (left_vp[ANCHOR_HEADER] == [0, 0, 0, 0, 0, 0, 1]).all().all()
     ph = make("holos-iphone", faults=("dropout", "hand_never_seen"))
     assert _longest_run(pd.read_csv(ph / "hands/right_landmarks.csv").hand_confidence == 0) >= 8
     left = pd.read_csv(ph / "hands/left_landmarks.csv")
@@ -431,7 +438,7 @@ def test_dropout_and_never_seen_hand_are_in_the_raw_files(make):  # type: ignore
 
 def test_jitter_breaks_bone_length_constancy(make):  # type: ignore[no-untyped-def]
     vp = make("holos-visionpro", faults=("jitter",))
-    lengths = _bone_lengths(_skeleton_positions(vp / "hands/right_world.csv"))
+    lengths = _bone_lengths(_skeleton_positions(vp, "right"))
     assert 0.002 < np.std(lengths - lengths.mean(axis=0)) < 0.01
 
 

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from ego_assets.capture import holos_meta
 from ego_assets.capture.files import MARKER_FILE, CaptureFiles, column_block, require
-from ego_assets.capture.poses import invert_pose
+from ego_assets.capture.poses import compose_poses, invert_pose
 from ego_assets.trajectory.joints import ARKIT27, VISION21
 from ego_assets.trajectory.model import CameraCalibration, CaptureInfo, FileRef, Trajectory
 from ego_assets.trajectory.streams import AttrValue, Stream, make_stream
@@ -35,16 +35,18 @@ TRACKING_STATES = ("normal", "limited", "notAvailable")
 DEVICE_POSE_CSV = "device_pose.csv"
 IMU_CSV = "imu.csv"
 ANCHORS_CSV = "objects/anchors.csv"
-HAND_CSV = "hands/{side}_{space}.csv"  # space: world | local
+HAND_CSV = "hands/{side}.csv"
 LANDMARKS_CSV = "hands/{side}_landmarks.csv"
 FRAMES_CSV = "media/{camera}_frames.csv"
 
 NOMINAL_RATE_HZ = {"device_pose": 60.0, "hands": 90.0, "landmarks": 15.0, "imu": 100.0}
 
 POSE_COLUMNS = ("t_mono_s", "tx", "ty", "tz", "qx", "qy", "qz", "qw")
+HAND_ANCHOR_COLUMNS = tuple(f"anchor_{c}" for c in ("px", "py", "pz", "qx", "qy", "qz", "qw"))
 HAND_COLUMNS = (
     "t_mono_s",
     "hand_tracked",
+    *HAND_ANCHOR_COLUMNS,
     *(f"{j}_{c}" for j in ARKIT27 for c in ("px", "py", "pz", "qx", "qy", "qz", "qw", "tracked")),
 )
 LANDMARK_COLUMNS = (
@@ -172,24 +174,43 @@ _HAND_POSITION = _joint_columns(ARKIT27, ("px", "py", "pz"))
 _HAND_ROTATION = _joint_columns(ARKIT27, ("qx", "qy", "qz", "qw"))
 
 
-def _arkit_hand(r: _Reader, side: str, space: str) -> Stream:
-    rel = HAND_CSV.format(side=side, space=space)
+def _arkit_hand(r: _Reader, side: str) -> list[Stream]:
+    """``hand_<side>_{world,local,anchor}`` from ``hands/<side>.csv`` (one parse).
+
+    The file holds ARKit's own representation: the hand anchor's pose in world
+    (``originFromAnchorTransform``, origin at the wrist) and each joint relative to the
+    anchor (``anchorFromJointTransform``). The world joints are derived as the device
+    derives them: ``world = anchor ∘ local`` (see `compose_poses`).
+    """
+    rel = HAND_CSV.format(side=side)
     table = r.table(rel, HAND_COLUMNS, _int8_types(("hand_tracked", *_HAND_TRACKED)))
-    n = table.num_rows
-    fields = {
-        "position": column_block(table, _HAND_POSITION).reshape(n, len(ARKIT27), 3),
-        "rotation": column_block(table, _HAND_ROTATION).reshape(n, len(ARKIT27), 4),
-        "joint_valid": r.flags01(rel, table, _HAND_TRACKED),
-        "hand_valid": r.flags01(rel, table, ("hand_tracked",))[:, 0],
-    }
-    attrs: dict[str, AttrValue] = {
-        "joint_set": "arkit27",
+    n, n_joints = table.num_rows, len(ARKIT27)
+    ts = r.times(rel, table)
+    anchor = column_block(table, HAND_ANCHOR_COLUMNS)
+    local_p = column_block(table, _HAND_POSITION).reshape(n, n_joints, 3)
+    local_q = column_block(table, _HAND_ROTATION).reshape(n, n_joints, 4)
+    world_p, world_q = compose_poses(anchor[:, :3], anchor[:, 3:], local_p, local_q)
+    joint_valid = r.flags01(rel, table, _HAND_TRACKED)
+    hand_valid = r.flags01(rel, table, ("hand_tracked",))[:, 0]
+    common: dict[str, AttrValue] = {
         "hand": side,
-        "frame": "world" if space == "world" else "wrist",
         "nominal_rate_hz": NOMINAL_RATE_HZ["hands"],
         "source_file": rel,
     }
-    return r.stream(f"hand_{side}_{space}", "hand_joints", r.times(rel, table), fields, attrs)
+    joints: dict[str, AttrValue] = {**common, "joint_set": "arkit27"}
+    flags = {"joint_valid": joint_valid, "hand_valid": hand_valid}
+    world = {"position": world_p, "rotation": world_q, **flags}
+    local = {"position": local_p, "rotation": local_q, **flags}
+    anchor_pose = {
+        "position": np.ascontiguousarray(anchor[:, :3]),
+        "rotation": np.ascontiguousarray(anchor[:, 3:]),
+        "valid": hand_valid,
+    }
+    return [
+        r.stream(f"hand_{side}_world", "hand_joints", ts, world, {**joints, "frame": "world"}),
+        r.stream(f"hand_{side}_local", "hand_joints", ts, local, {**joints, "frame": "wrist"}),
+        r.stream(f"hand_{side}_anchor", "pose", ts, anchor_pose, {**common, "frame": "world"}),
+    ]
 
 
 _LANDMARK_XYZ = _joint_columns(VISION21, ("x", "y", "z"))
@@ -320,7 +341,8 @@ def read_holos(files: CaptureFiles, marker: dict) -> Trajectory:
         marker: the validated completion marker (kind ``holos``).
 
     Returns:
-        Streams ``device_pose``; Vision Pro ``hand_{left,right}_{world,local}`` (arkit27);
+        Streams ``device_pose``; Vision Pro ``hand_{left,right}_{world,local}`` (arkit27,
+        world = anchor ∘ local) and ``hand_{left,right}_anchor`` (the hand anchor pose);
         iPhone ``hand_{left,right}_landmarks_{3d,2d}`` (vision21) and ``imu``; optional
         ``imu``, ``object_pose`` and ``<camera>_frames``; plus info, annotations, media
         and file references. Times are Unix ns (``clock == "epoch"``).
@@ -340,9 +362,8 @@ def read_holos(files: CaptureFiles, marker: dict) -> Trajectory:
             consumed.add(LANDMARKS_CSV.format(side=side))
             streams.extend(_vision_hand(r, side))
         else:
-            for space in ("world", "local"):
-                consumed.add(HAND_CSV.format(side=side, space=space))
-                streams.append(_arkit_hand(r, side, space))
+            consumed.add(HAND_CSV.format(side=side))
+            streams.extend(_arkit_hand(r, side))
     if iphone or files.exists(IMU_CSV):
         consumed.add(IMU_CSV)
         streams.append(_imu(r))

@@ -53,3 +53,50 @@ def invert_pose(t: np.ndarray, q: np.ndarray) -> np.ndarray:
     out[..., :3, 3] = -np.einsum("...ij,...j->...i", rot_t, np.asarray(t, dtype=np.float64))
     out[..., 3, 3] = 1.0
     return out
+
+
+def _left_product_matrix(q: np.ndarray) -> np.ndarray:
+    """(..., 4, 4) matrices ``L`` with ``L @ b == q ⊗ b`` (Hamilton product, xyzw)."""
+    x, y, z, w = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    rows = (
+        (w, -z, y, x),
+        (z, w, -x, y),
+        (-y, x, w, z),
+        (-x, -y, -z, w),
+    )
+    out = np.empty((*q.shape[:-1], 4, 4), dtype=np.float64)
+    for i, row in enumerate(rows):
+        for j, value in enumerate(row):
+            out[..., i, j] = value
+    return out
+
+
+def compose_poses(
+    parent_t: np.ndarray, parent_q: np.ndarray, child_t: np.ndarray, child_q: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Poses of K children per parent expressed in the parent's parent frame.
+
+    ``parent ∘ child``: position ``parent_t + R(parent_q) child_t`` and rotation
+    ``parent_q ⊗ child_q``. The parent quaternion is normalized first (as in
+    `quat_to_matrix`), so a 6-decimal parent rotation neither scales positions nor
+    changes the children's quaternion norms. NaN propagates.
+
+    Args:
+        parent_t: (N, 3) float64 parent positions, metres.
+        parent_q: (N, 4) float64 parent quaternions (x, y, z, w).
+        child_t: (N, K, 3) float64 child positions in the parent frame, metres.
+        child_q: (N, K, 4) float64 child quaternions (x, y, z, w) in the parent frame.
+
+    Returns:
+        (N, K, 3) float64 positions and (N, K, 4) float64 quaternions (x, y, z, w) in
+        the parent's parent frame. Computed as two batched matrix products.
+    """
+    parent_t = np.asarray(parent_t, dtype=np.float64)
+    parent_q = np.asarray(parent_q, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unit_q = parent_q / np.linalg.norm(parent_q, axis=-1, keepdims=True)
+    rot_t = np.swapaxes(quat_to_matrix(unit_q), -1, -2)
+    position = np.matmul(child_t, rot_t)
+    position += parent_t[:, None, :]
+    rotation = np.matmul(child_q, np.swapaxes(_left_product_matrix(unit_q), -1, -2))
+    return position, rotation

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from scipy.spatial.transform import Rotation
 
 from ego_assets.synth.faults import FaultPlan, forward_fill_index
 from ego_assets.synth.motion import (
@@ -35,6 +34,7 @@ CAMERA = Pinhole(320, 240, 200.0, 200.0, 159.5, 119.5)
 GRAVITY_M_S2 = 9.80665
 MONO_ORIGIN_EPOCH_NS = 1_793_000_000_000_000_000
 _VISION_FROM_WEBXR = np.asarray(joint_map("webxr25", "vision21").index)
+_POSE7 = ("px", "py", "pz", "qx", "qy", "qz", "qw")
 
 
 def _times(seconds: float, rate_hz: int) -> np.ndarray:
@@ -130,7 +130,12 @@ class _Holos:
         write_csv(self.out / "device_pose.csv", cols)
 
     def skeleton(self, side: str) -> None:
-        """hands/<side>_world.csv and _local.csv: ARKit 27 joints at 90 Hz."""
+        """hands/<side>.csv: the ARKit hand anchor (world) and 27 joints relative to it, 90 Hz.
+
+        The anchor is the wrist (position after any jitter, the wrist's rotation); each
+        joint is written as ARKit's ``anchorFromJointTransform``, so anchor ∘ joint gives
+        the world joint. Values are rounded to 6 decimals as the device writes them.
+        """
         t = _times(self.seconds, VISIONPRO_RATES_HZ["hands"])
         hand = self.scene.hands[side]
         local25 = hand.local_joints(t)
@@ -139,22 +144,22 @@ class _Holos:
         world = np.einsum("tij,tkj->tki", wrot.as_matrix(), local) + wpos[:, None, :]
         world = self.plan.jitter(f"skeleton-{side}", world)
         local = np.einsum("tji,tkj->tki", wrot.as_matrix(), world - world[:, :1])
-        rep = Rotation.from_quat(np.repeat(wrot.as_quat(), 27, axis=0))
-        q_world = (rep * Rotation.from_quat(q_local.reshape(-1, 4))).as_quat().reshape(-1, 27, 4)
+        anchor = np.concatenate([world[:, 0], wrot.as_quat()], axis=1)  # (T, 7)
+        joints = np.concatenate([local, q_local], axis=2)  # (T, 27, 7)
         tracked = self.plan.tracked(side, t)
         src = forward_fill_index(tracked)  # ARKit keeps the last values while untracked
+        seen = src >= 0
+        identity = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+        anchor = np.where(seen[:, None], anchor[np.maximum(src, 0)], identity)
+        joints = np.where(seen[:, None, None], joints[np.maximum(src, 0)], identity)
+        flag = tracked.astype(int)
         stamps = self.mono(self.plan.stamp_times(f"hands-{side}", t, 1 / 90))
-        for frame, pos, quat in (("world", world, q_world), ("local", local, q_local)):
-            held_p = np.where(src[:, None, None] >= 0, pos[np.maximum(src, 0)], 0.0)
-            held_q = np.where(src[:, None, None] >= 0, quat[np.maximum(src, 0)], [0, 0, 0, 1.0])
-            cols = [("t_mono_s", stamps, "%.6f"), ("hand_tracked", tracked.astype(int), "%d")]
-            for j, name in enumerate(ARKIT27):
-                for c, ax in enumerate(("px", "py", "pz")):
-                    cols.append((f"{name}_{ax}", held_p[:, j, c], "%.9f"))
-                for c, ax in enumerate(("qx", "qy", "qz", "qw")):
-                    cols.append((f"{name}_{ax}", held_q[:, j, c], "%.9f"))
-                cols.append((f"{name}_tracked", tracked.astype(int), "%d"))
-            write_csv(self.out / f"hands/{side}_{frame}.csv", cols)
+        cols = [("t_mono_s", stamps, "%.6f"), ("hand_tracked", flag, "%d")]
+        cols += [(f"anchor_{ax}", anchor[:, c], "%.6f") for c, ax in enumerate(_POSE7)]
+        for j, name in enumerate(ARKIT27):
+            cols += [(f"{name}_{ax}", joints[:, j, c], "%.6f") for c, ax in enumerate(_POSE7)]
+            cols.append((f"{name}_tracked", flag, "%d"))
+        write_csv(self.out / f"hands/{side}.csv", cols)
 
     def landmarks(self, side: str) -> None:
         """hands/<side>_landmarks.csv: Vision 21 landmarks at 15 Hz seen by camera_back."""
