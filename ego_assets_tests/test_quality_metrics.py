@@ -381,3 +381,10 @@ def test_write_report_writes_json_and_one_parquet_row_with_the_schema(tmp_path: 
         "quality.json",
         "quality.parquet",
     ]
+
+
+def test_every_thresholded_metric_has_a_row_in_docs_quality() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "quality.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in doc.splitlines() if line[:3] == "| `"}
+    missing = [m.name for m in default_thresholds().metrics if m.name not in rows]
+    assert missing == []
