@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -87,3 +90,12 @@ def test_checks_frame_holds_margins_in_the_column_of_the_severity() -> None:
     gaps = frame[frame["check"] == "longest_gap_s"]
     assert list(gaps["scope"]) == ["stream:head", "stream:wrist_right"]
     assert list(gaps["warn_margin"]) == [2.0, 2.0]
+
+
+def test_importing_the_quality_package_does_not_import_great_expectations() -> None:
+    code = (
+        "import sys, ego_assets.quality.expectations, ego_assets.quality.report;"
+        "print('great_expectations' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
