@@ -48,7 +48,7 @@ def test_file_changed_after_marker_is_reported_with_its_path(tmp_path):
     (src / "data/a.csv").write_text("x\n2\n")
     dest = tmp_path / "raw"
     dest.mkdir()
-    with pytest.raises(CaptureFormatError, match="file 'data/a.csv'.*SHA-256"):
+    with pytest.raises(CaptureFormatError, match=r"file 'data/a\.csv'.*SHA-256"):
         copy_capture(CaptureFiles("cap", src), dest)
 
 
@@ -57,7 +57,7 @@ def test_undeclared_file_is_reported(tmp_path):
     (src / "late.txt").write_text("late")
     dest = tmp_path / "raw"
     dest.mkdir()
-    with pytest.raises(CaptureFormatError, match="file 'late.txt'.*not declared"):
+    with pytest.raises(CaptureFormatError, match=r"file 'late\.txt'.*not declared"):
         copy_capture(CaptureFiles("cap", src), dest)
 
 
@@ -72,7 +72,7 @@ def test_symlink_pointing_outside_the_capture_is_refused(tmp_path):
     )
     dest = tmp_path / "raw"
     dest.mkdir()
-    with pytest.raises(CaptureFormatError, match="file 'link.txt': symlink points outside"):
+    with pytest.raises(CaptureFormatError, match=r"file 'link\.txt': symlink points outside"):
         copy_capture(CaptureFiles("cap", src), dest)
     assert not (dest / "link.txt").exists()
 
@@ -91,7 +91,7 @@ def test_marker_declaring_an_escaping_path_is_refused(tmp_path):
     (src / MARKER_FILE).write_text(json.dumps(marker))
     dest = tmp_path / "raw"
     dest.mkdir()
-    with pytest.raises(CaptureFormatError, match="file '../x': file name escapes"):
+    with pytest.raises(CaptureFormatError, match=r"file '\.\./x': file name escapes"):
         copy_capture(CaptureFiles("cap", src), dest)
 
 

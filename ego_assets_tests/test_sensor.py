@@ -4,9 +4,9 @@ import time
 import dagster as dg
 
 from ego_assets.capture.manifest import write_marker
+from ego_assets.definitions import build_defs
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.sensors import MAX_CAPTURES_PER_TICK, landing_sensor
-from ego_assets.definitions import build_defs
 
 
 def _land(landing, key, mtime):
