@@ -2,13 +2,15 @@
 
 ``python -m bench normalize [--json FILE] [--seconds 600] [--naive-seconds 60]``
 
-Writes a synthetic Vision Pro package (hands 90 Hz, both hands, world + local CSVs of
-218 columns, head 60 Hz; values at the 6 decimals a device writes) with a fast
-vectorized writer, then times `read_capture` (the holos reader) and
-`store.write_trajectory` with pyarrow limited to one CPU and one I/O thread. A naive
-baseline (``pandas.read_csv`` then a Python loop over rows building per-sample lists,
-then stacking) reads the same kind of files; it runs on a shorter slice and is scaled
-linearly to the full duration. Prints a table and writes the figures as JSON.
+Writes a synthetic Vision Pro package (hands 90 Hz, one ARKit CSV of 225 columns per
+hand: anchor pose + anchor-relative joints; head 60 Hz; values at the 6 decimals a
+device writes) with a fast vectorized writer, then times `read_capture` (the holos
+reader, which also derives the world joints) and `store.write_trajectory` with pyarrow
+limited to one CPU and one I/O thread. A naive baseline (``pandas.read_csv`` then a
+Python loop over rows building per-sample lists and composing world = anchor ∘ local
+per joint in Python, then stacking) reads the same files; it runs on a shorter slice
+and is scaled linearly to the full duration. Prints a table and writes the figures as
+JSON.
 """
 
 from __future__ import annotations
@@ -59,23 +61,31 @@ def _unit_quaternions(phase: np.ndarray) -> np.ndarray:
     return np.concatenate([q, w], -1)
 
 
-def _hand_columns(t: np.ndarray, side: int, local: bool) -> list[np.ndarray]:
+def _hand_columns(t: np.ndarray, side: int) -> list[np.ndarray]:
+    """Columns of ``hands/<side>.csv``: anchor pose in world + joints relative to it."""
     n = len(t)
     joints = np.arange(N_JOINTS)
     phase = 2 * np.pi * 0.5 * t[:, None] + 0.1 * joints[None, :] + side  # (T, J)
-    offset = 0.0 if local else (0.3 * (2 * side - 1))
     pos = np.stack(
         [
-            offset + 0.01 * joints + 0.02 * np.sin(phase),
-            (0.0 if local else 1.2) + 0.015 * np.cos(phase),
-            (0.0 if local else -0.4) - 0.008 * joints + 0.01 * np.sin(2 * phase),
+            0.01 * joints + 0.02 * np.sin(phase),
+            0.015 * np.cos(phase),
+            -0.008 * joints + 0.01 * np.sin(2 * phase),
         ],
         -1,
-    )  # (T, J, 3)
+    )  # (T, J, 3) metres, anchor frame
     rot = _unit_quaternions(phase)  # (T, J, 4)
     tracked = ((np.arange(n)[:, None] + joints[None, :]) % 50 != 0).astype(np.int8)
     hand_tracked = (np.arange(n) % 500 != 0).astype(np.int8)
-    cols: list[np.ndarray] = [t + START_MONO_S, hand_tracked]
+    anchor_phase = 2 * np.pi * 0.3 * t + side
+    anchor = [
+        0.3 * (2 * side - 1) + 0.05 * np.sin(anchor_phase),
+        1.2 + 0.03 * np.cos(anchor_phase),
+        -0.4 + 0.02 * np.sin(2 * anchor_phase),
+    ]
+    anchor_q = _unit_quaternions(anchor_phase)  # (T, 4)
+    cols: list[np.ndarray] = [t + START_MONO_S, hand_tracked, *anchor]
+    cols += [anchor_q[:, k] for k in range(4)]
     for j in range(N_JOINTS):
         cols += [pos[:, j, k] for k in range(3)] + [rot[:, j, k] for k in range(4)]
         cols.append(tracked[:, j])
@@ -83,7 +93,7 @@ def _hand_columns(t: np.ndarray, side: int, local: bool) -> list[np.ndarray]:
 
 
 def write_visionpro_capture(root: Path, seconds: float) -> Path:
-    """A minimal Vision Pro holos package (metadata, head, 4 hand CSVs, marker)."""
+    """A minimal Vision Pro holos package (metadata, head, 2 hand CSVs, marker)."""
     root.mkdir(parents=True, exist_ok=True)
     meta = {
         "schema": "holos-capture",
@@ -106,35 +116,68 @@ def write_visionpro_capture(root: Path, seconds: float) -> Path:
     _write_csv(root / "device_pose.csv", POSE_COLUMNS, head + [head_q[:, k] for k in range(4)])
     t_hand = np.arange(int(seconds * HAND_RATE_HZ)) / HAND_RATE_HZ
     for side, name in enumerate(("left", "right")):
-        for space in ("world", "local"):
-            cols = _hand_columns(t_hand, side, space == "local")
-            _write_csv(root / f"hands/{name}_{space}.csv", HAND_COLUMNS, cols)
+        _write_csv(root / f"hands/{name}.csv", HAND_COLUMNS, _hand_columns(t_hand, side))
     (root / "ego_capture.json").write_text(
         json.dumps({"format": "ego-capture-marker", "version": 1, "kind": "holos"})
     )
     return root
 
 
+def _naive_compose(anchor: list[float], joint: list[float]) -> tuple[list[float], list[float]]:
+    """World (position, xyzw quaternion) of one anchor-relative joint, in plain Python."""
+    tx, ty, tz, ax, ay, az, aw = anchor
+    norm = (ax * ax + ay * ay + az * az + aw * aw) ** 0.5
+    x, y, z, w = ax / norm, ay / norm, az / norm, aw / norm
+    px, py, pz, bx, by, bz, bw = joint
+    r = (
+        (1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)),
+        (2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)),
+        (2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)),
+    )
+    position = [
+        tx + r[0][0] * px + r[0][1] * py + r[0][2] * pz,
+        ty + r[1][0] * px + r[1][1] * py + r[1][2] * pz,
+        tz + r[2][0] * px + r[2][1] * py + r[2][2] * pz,
+    ]
+    rotation = [
+        w * bx + x * bw + y * bz - z * by,
+        w * by - x * bz + y * bw + z * bx,
+        w * bz + x * by - y * bx + z * bw,
+        w * bw - x * bx - y * by - z * bz,
+    ]
+    return position, rotation
+
+
 def naive_read(root: Path) -> dict[str, dict[str, np.ndarray]]:
-    """Baseline: pandas, then one Python iteration per row building lists, then stack."""
+    """Baseline: pandas, then one Python iteration per row building lists (local joints
+    as read, world joints composed per joint), then stack."""
     out: dict[str, dict[str, np.ndarray]] = {}
     for csv in sorted(root.glob("hands/*.csv")):
         df = pd.read_csv(csv)
-        positions, rotations, tracked, hand = [], [], [], []
+        local_p, local_q, world_p, world_q, tracked, hand = [], [], [], [], [], []
         for row in df.itertuples(index=False):
             values = list(row)
-            positions.append([[values[2 + 8 * j + k] for k in range(3)] for j in range(N_JOINTS)])
-            rotations.append([[values[5 + 8 * j + k] for k in range(4)] for j in range(N_JOINTS)])
-            tracked.append([values[9 + 8 * j] == 1 for j in range(N_JOINTS)])
+            anchor = values[2:9]
+            joints = [values[9 + 8 * j : 16 + 8 * j] for j in range(N_JOINTS)]
+            world = [_naive_compose(anchor, joint) for joint in joints]
+            local_p.append([joint[:3] for joint in joints])
+            local_q.append([joint[3:] for joint in joints])
+            world_p.append([p for p, _ in world])
+            world_q.append([q for _, q in world])
+            tracked.append([values[16 + 8 * j] == 1 for j in range(N_JOINTS)])
             hand.append(values[1] == 1)
-        out[csv.stem] = {
-            "timestamp_ns": ORIGIN_NS
-            + np.rint(df["t_mono_s"].to_numpy() * 1e6).astype(np.int64) * 1000,
-            "position": np.array(positions),
-            "rotation": np.array(rotations),
-            "joint_valid": np.array(tracked),
-            "hand_valid": np.array(hand),
-        }
+        timestamp_ns = ORIGIN_NS + np.rint(df["t_mono_s"].to_numpy() * 1e6).astype(np.int64) * 1000
+        for space, position, rotation in (
+            ("local", local_p, local_q),
+            ("world", world_p, world_q),
+        ):
+            out[f"{csv.stem}_{space}"] = {
+                "timestamp_ns": timestamp_ns,
+                "position": np.array(position),
+                "rotation": np.array(rotation),
+                "joint_valid": np.array(tracked),
+                "hand_valid": np.array(hand),
+            }
     df = pd.read_csv(root / "device_pose.csv")
     poses = [([r.tx, r.ty, r.tz], [r.qx, r.qy, r.qz, r.qw]) for r in df.itertuples(index=False)]
     out["device_pose"] = {
@@ -164,9 +207,17 @@ def run(seconds: float, naive_seconds: float, work: Path) -> dict[str, Any]:
     part = write_visionpro_capture(work / "slice", naive_seconds)
     naive, naive_s, _ = _timed(naive_read, part)
     sliced, slice_read_s, _ = _timed(read_capture, "slice", part)
-    reference = sliced.stream("hand_right_world").fields["position"]
-    if not np.array_equal(naive["right_world"]["position"], reference):
-        raise RuntimeError("naive baseline and reader disagree on hand_right_world positions")
+    world = sliced.stream("hand_right_world").fields
+    world_error_m = float(np.abs(naive["right_world"]["position"] - world["position"]).max())
+    if world_error_m > 1e-9 or not np.allclose(
+        naive["right_world"]["rotation"], world["rotation"], rtol=0, atol=1e-9
+    ):
+        raise RuntimeError(
+            f"naive baseline and reader disagree on hand_right_world (max {world_error_m} m)"
+        )
+    local = sliced.stream("hand_left_local").fields["position"]
+    if not np.array_equal(naive["left_local"]["position"], local):
+        raise RuntimeError("naive baseline and reader disagree on hand_left_local positions")
     scale = seconds / naive_seconds
     naive_full_s = naive_s * scale
     hand_rows = len(trajectory.stream("hand_right_world"))
@@ -191,6 +242,7 @@ def run(seconds: float, naive_seconds: float, work: Path) -> dict[str, Any]:
         "reader_slice_read_s": slice_read_s,
         "naive_read_s_scaled": naive_full_s,
         "speedup_vs_naive": naive_full_s / read_s,
+        "naive_vs_reader_world_max_error_m": world_error_m,
         "threads": {"pyarrow_cpu": pa.cpu_count(), "pyarrow_io": pa.io_thread_count()},
     }
 

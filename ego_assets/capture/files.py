@@ -150,7 +150,7 @@ class CaptureFiles:
         try:
             table = pacsv.read_csv(
                 path,
-                read_options=pacsv.ReadOptions(use_threads=threads, block_size=1 << 24),
+                read_options=pacsv.ReadOptions(use_threads=threads, block_size=1 << 22),
                 parse_options=pacsv.ParseOptions(newlines_in_values=False),
                 convert_options=pacsv.ConvertOptions(
                     column_types=column_types,
