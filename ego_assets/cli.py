@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the platform on local files")
     demo.add_argument("--data", default="data")
-    demo.add_argument("--seconds", type=float, default=4.0)
+    demo.add_argument("--seconds", type=float, default=8.0, help="synthetic capture length")
     demo.set_defaults(func=_demo)
     return parser
 

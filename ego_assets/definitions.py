@@ -7,10 +7,11 @@ import os
 import dagster as dg
 
 from ego_assets.defs.ingest import raw_capture, trajectory
+from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.sensors import capture_job, landing_sensor
 
-ASSETS = [raw_capture, trajectory]
+ASSETS = [raw_capture, trajectory, quality_report]
 
 
 def build_defs(storage: StorageResource) -> dg.Definitions:

@@ -4,22 +4,30 @@
   raw copy is kept as it is).
 * `normalize`: raw copy -> canonical trajectory, skipped when the stored trajectory
   was made from the same raw content by the same normalizer version.
+* `assess_quality`: trajectory -> quality report, timeline PNG and the export gate
+  (Great Expectations results), skipped likewise when nothing changed.
+* `require_export_gate`: what every exporter calls first.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from ego_assets.capture import read_capture
 from ego_assets.capture.files import CaptureFiles
 from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest, copy_capture
+from ego_assets.quality.expectations import run_expectations
+from ego_assets.quality.gate import GATE_FILE, Gate, read_gate, require_gate
+from ego_assets.quality.report import REPORT_VERSION, compute_report, write_report
+from ego_assets.quality.thresholds import default_thresholds
+from ego_assets.quality.timeline import timeline_png
 from ego_assets.storage import Storage
-from ego_assets.trajectory.store import CAPTURE_JSON, write_trajectory_files
+from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory, write_trajectory_files
 
 NORMALIZER_VERSION = "normalize-1"
 LINEAGE_FILE = "lineage.json"
+TIMELINE_FILE = "timeline.png"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +91,52 @@ def _trajectory_figures(header: dict) -> dict[str, float | int | str]:
     }
 
 
-def trajectory_dir(storage: Storage, key: str) -> Path:
-    """Local path of a stored trajectory (local storage only)."""
-    return Path(storage.stage_path("trajectory", key).path)
+def quality_version() -> str:
+    """Code version of the quality step: report schema + thresholds version."""
+    return f"{REPORT_VERSION}+thresholds-{default_thresholds().version}"
+
+
+def assess_quality(storage: Storage, key: str) -> StepResult:
+    """Report, timeline and gate of ``trajectory/<key>`` into ``quality/<key>``."""
+    source = storage.stage_path("trajectory", key)
+    lineage = json.loads((source / LINEAGE_FILE).read_text())
+    version = f"{quality_version()}:{lineage['data_version']}"
+    target = storage.stage_path("quality", key)
+    if (target / GATE_FILE).exists():
+        gate = Gate.from_json((target / GATE_FILE).read_text())
+        if gate.data_version == version:
+            return StepResult(key, version, True, _gate_figures(gate))
+    with storage.read_dir(source) as folder:
+        trajectory = read_trajectory(folder)
+    report = compute_report(trajectory)
+    gate = Gate.build(report, run_expectations(report), version)
+    with storage.write_dir("quality", key, index_file=GATE_FILE) as stage:
+        write_report(report, stage)
+        (stage / TIMELINE_FILE).write_bytes(timeline_png(trajectory, report))
+        (stage / GATE_FILE).write_text(gate.to_json())
+    return StepResult(key, version, False, _gate_figures(gate))
+
+
+def _gate_figures(gate: Gate) -> dict[str, float | int | str]:
+    return {
+        "status": gate.status,
+        "worst_metric": gate.worst_metric,
+        "gate_passed": str(gate.passed),
+        "failed_errors": len(gate.errors),
+        "failed_warnings": len(gate.warnings),
+    }
+
+
+def stored_gate(storage: Storage, key: str) -> Gate | None:
+    """The stored gate of ``key``, or None before its quality step ran."""
+    folder = storage.stage_path("quality", key)
+    if not (folder / GATE_FILE).exists():
+        return None
+    with storage.read_dir(folder) as local:
+        return read_gate(local)
+
+
+def require_export_gate(storage: Storage, key: str) -> Gate:
+    """The gate of ``key``; raises `ExportBlockedError` unless its ERROR checks passed."""
+    with storage.read_dir(storage.stage_path("quality", key)) as local:
+        return require_gate(local, key)

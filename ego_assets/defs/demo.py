@@ -27,17 +27,21 @@ from ego_assets.definitions import build_defs
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.sensors import landing_sensor
+from ego_assets.pipeline import stored_gate
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.store import read_header
 
 log = logging.getLogger(__name__)
 
-DEMO_CAPTURES = (
-    ("demo-holos-visionpro", "holos-visionpro", 0),
-    ("demo-holos-iphone", "holos-iphone", 1),
-    ("demo-webxr", "webxr", 2),
-    ("demo-mano-video", "mano-video", 3),
+# (key, kind, seed, fault options): one clean capture per kind, and one whose faults
+# the quality gate must catch (its exports are blocked).
+DEMO_CAPTURES: tuple[tuple[str, str, int, tuple[str, ...]], ...] = (
+    ("demo-holos-visionpro", "holos-visionpro", 0, ()),
+    ("demo-holos-iphone", "holos-iphone", 1, ()),
+    ("demo-webxr", "webxr", 2, ()),
+    ("demo-mano-video", "mano-video", 3, ()),
+    ("demo-webxr-faulty", "webxr", 4, ("hand_never_seen", "backwards_timestamps")),
 )
 ARIA_SAMPLE_KEY = "aria-mps-sample"
 CURSOR_KEY = "ego_assets/demo/landing_sensor_cursor"
@@ -53,9 +57,11 @@ def aria_fixture_dir() -> Path:
 def seed_landing(landing: Path, seconds: float) -> list[str]:
     """Write the demo captures that are not in ``landing`` yet; return their keys."""
     written = []
-    for key, kind, seed in DEMO_CAPTURES:
+    for key, kind, seed, faults in DEMO_CAPTURES:
         if not (landing / key).exists():
-            synthesize(kind, landing / key, seconds=seconds, seed=seed, capture_id=key)
+            synthesize(
+                kind, landing / key, seconds=seconds, seed=seed, faults=faults, capture_id=key
+            )
             written.append(key)
     aria = landing / ARIA_SAMPLE_KEY
     if not aria.exists() and aria_fixture_dir().is_dir():
@@ -79,7 +85,7 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0][:160] if text.strip() else ""
 
 
-def run_demo(data_dir: Path, seconds: float = 4.0, out: TextIO = sys.stdout) -> int:
+def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> int:
     """Run the demo; return 0 when every capture is materialized, 1 otherwise."""
     data_dir = Path(data_dir).resolve()
     landing = data_dir / "landing"
@@ -113,31 +119,56 @@ def run_demo(data_dir: Path, seconds: float = 4.0, out: TextIO = sys.stdout) -> 
                 instance=instance,
                 raise_on_error=False,
             )
-            if not run.success:
-                failures[key] = _run_error(run)
+            error = _run_error(run)
+            if error:
+                failures[key] = error
         if new_cursor:
             instance.run_storage.set_cursor_values({CURSOR_KEY: new_cursor})
         keys = instance.get_dynamic_partitions(CAPTURES_PARTITIONS_NAME)
     if not requests:
         print("landing zone: nothing new; outputs unchanged", file=out)
-    print_summary(Storage(data_dir), keys, failures, out)
+    store = Storage(data_dir)
+    print_summary(store, keys, failures, out)
+    print_quality(store, keys, out)
     return 1 if failures else 0
 
 
 def _run_error(run: dg.ExecuteInProcessResult) -> str:
+    """First step failure of a run; "" when it succeeded or only a blocking check stopped it."""
     for event in run.all_events:
         if event.is_step_failure and event.step_failure_data is not None:
             error = event.step_failure_data.error
-            if error is not None:
+            if error is not None and "blocking asset check" not in error.message:
                 return _first_line(error.message)
-    return "run failed"
+    return ""
+
+
+def _print_table(rows: list[tuple[str, ...]], out: TextIO) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]), file=out)
+
+
+def print_quality(storage: Storage, keys: Sequence[str], out: TextIO) -> None:
+    """Table: partition, pass/warn/fail, export gate, worst metric."""
+    rows: list[tuple[str, ...]] = [("partition", "quality", "exports", "worst metric")]
+    for key in sorted(keys):
+        gate = stored_gate(storage, key)
+        if gate is None:
+            rows.append((key, "-", "-", "no quality report"))
+            continue
+        verdict = "allowed" if gate.passed else "BLOCKED"
+        rows.append((key, gate.status, verdict, gate.worst_metric or "-"))
+    print(file=out)
+    _print_table(rows, out)
 
 
 def print_summary(
     storage: Storage, keys: Sequence[str], failures: dict[str, str], out: TextIO
 ) -> None:
     """Table: partition, kind, duration s, streams, status."""
-    rows = [("partition", "kind", "duration s", "streams", "status")]
+    rows: list[tuple[str, ...]] = [("partition", "kind", "duration s", "streams", "status")]
     for key in sorted(keys):
         folder = storage.stage_path("trajectory", key)
         if key in failures or not (folder / "capture.json").exists():
@@ -146,7 +177,4 @@ def print_summary(
         header, index = read_header(Path(folder.path))
         duration = max((s["t_last"] or 0.0 for s in index), default=0.0)
         rows.append((key, header.info.source_kind, f"{duration:.2f}", str(len(index)), "ok"))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for row in rows:
-        cells = [row[i].ljust(widths[i]) for i in range(4)]
-        print("  ".join([*cells, row[4]]), file=out)
+    _print_table(rows, out)

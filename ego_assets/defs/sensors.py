@@ -4,6 +4,7 @@ import dagster as dg
 
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.partitions import captures_partitions
+from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.landing import scan_landing
 
@@ -12,7 +13,7 @@ MAX_CAPTURES_PER_TICK = 200
 
 capture_job = dg.define_asset_job(
     "capture_job",
-    selection=dg.AssetSelection.assets(raw_capture, trajectory),
+    selection=dg.AssetSelection.assets(raw_capture, trajectory, quality_report),
     description="Everything per capture, from the raw copy to the checked outputs.",
 )
 
