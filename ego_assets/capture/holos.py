@@ -174,6 +174,27 @@ _HAND_POSITION = _joint_columns(ARKIT27, ("px", "py", "pz"))
 _HAND_ROTATION = _joint_columns(ARKIT27, ("qx", "qy", "qz", "qw"))
 
 
+def _arkit_hand_columns(r: _Reader, rel: str) -> tuple[np.ndarray, ...]:
+    """The arrays of one ARKit hand CSV; its Arrow table is released on return.
+
+    Returns:
+        (T,) int64 epoch ns; (T, 7) float64 anchor pose (px, py, pz, qx, qy, qz, qw;
+        metres, world); (T, 27, 3) float64 local positions (m) and (T, 27, 4) float64
+        local quaternions (xyzw), anchor frame; (T, 27) bool joint tracked; (T,) bool
+        hand tracked.
+    """
+    table = r.table(rel, HAND_COLUMNS, _int8_types(("hand_tracked", *_HAND_TRACKED)))
+    n, n_joints = table.num_rows, len(ARKIT27)
+    return (
+        r.times(rel, table),
+        column_block(table, HAND_ANCHOR_COLUMNS),
+        column_block(table, _HAND_POSITION).reshape(n, n_joints, 3),
+        column_block(table, _HAND_ROTATION).reshape(n, n_joints, 4),
+        r.flags01(rel, table, _HAND_TRACKED),
+        r.flags01(rel, table, ("hand_tracked",))[:, 0],
+    )
+
+
 def _arkit_hand(r: _Reader, side: str) -> list[Stream]:
     """``hand_<side>_{world,local,anchor}`` from ``hands/<side>.csv`` (one parse).
 
@@ -183,15 +204,8 @@ def _arkit_hand(r: _Reader, side: str) -> list[Stream]:
     derives them: ``world = anchor ∘ local`` (see `compose_poses`).
     """
     rel = HAND_CSV.format(side=side)
-    table = r.table(rel, HAND_COLUMNS, _int8_types(("hand_tracked", *_HAND_TRACKED)))
-    n, n_joints = table.num_rows, len(ARKIT27)
-    ts = r.times(rel, table)
-    anchor = column_block(table, HAND_ANCHOR_COLUMNS)
-    local_p = column_block(table, _HAND_POSITION).reshape(n, n_joints, 3)
-    local_q = column_block(table, _HAND_ROTATION).reshape(n, n_joints, 4)
+    ts, anchor, local_p, local_q, joint_valid, hand_valid = _arkit_hand_columns(r, rel)
     world_p, world_q = compose_poses(anchor[:, :3], anchor[:, 3:], local_p, local_q)
-    joint_valid = r.flags01(rel, table, _HAND_TRACKED)
-    hand_valid = r.flags01(rel, table, ("hand_tracked",))[:, 0]
     common: dict[str, AttrValue] = {
         "hand": side,
         "nominal_rate_hz": NOMINAL_RATE_HZ["hands"],
