@@ -381,7 +381,7 @@ def _timestamp_columns(root: Path, kind: str) -> dict[str, np.ndarray]:
         return {"slots.jsonl": np.asarray([s["t_ms"] for s in _slots(root)])}
     if kind == "mano-video":
         return {"frames.csv": pd.read_csv(root / "frames.csv").timestamp_ns.to_numpy()}
-    names = ["device_pose.csv", "hands/right_world.csv", "hands/right_landmarks.csv", "imu.csv"]
+    names = ["device_pose.csv", "hands/right.csv", "hands/right_landmarks.csv", "imu.csv"]
     return {n: pd.read_csv(root / n).t_mono_s.to_numpy() for n in names if (root / n).exists()}
 
 
