@@ -441,7 +441,8 @@ def test_object_anchors_are_read_in_long_format(visionpro):
 def test_info_cameras_and_media_references(visionpro, iphone):
     info = visionpro.info
     assert info.source_kind == "holos-visionpro" and iphone.info.source_kind == "holos-iphone"
-    assert info.capture_id == "cap-test" and info.organization_id == "org-1"
+    assert info.capture_id == "vp-1" and info.source_capture_id == "cap-test"
+    assert info.organization_id == "org-1"
     assert info.device == "Apple Vision Pro (26.1)" and info.app == "Holos 3.2.0"
     assert info.world_frame == "arkit_world" and info.modality == "visionpro"
     left = info.cameras[0]

@@ -456,7 +456,8 @@ def _capture_info(
     }
     try:
         return CaptureInfo(
-            capture_id=fields["capture_id"] or files.capture,
+            capture_id=files.capture,
+            source_capture_id=fields["capture_id"],
             source_kind=SOURCE_KINDS[str(meta["modality"])],
             source_version=f"{SCHEMA}/{SCHEMA_VERSION}",
             start_ns=clock.start_ns,
