@@ -1,12 +1,13 @@
 """The quality gate in Dagster: blocked episodes never reach downstream assets."""
 
 import shutil
+from collections.abc import Iterator
 
 import dagster as dg
 import pytest
 
 from ego_assets import pipeline
-from ego_assets.defs.episodes import backfill_policy, materialize_each
+from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.partitions import captures_partitions
 from ego_assets.defs.quality import GX_CHECK, quality_report
@@ -23,7 +24,7 @@ RANGE_END = "dagster/asset_partition_range_end"
 )
 def downstream_export(
     context: dg.AssetExecutionContext, storage: StorageResource
-) -> dg.MaterializeResult:
+) -> Iterator[AssetEvent]:
     """Stands in for an exporter: gate first, then write one file per episode."""
     store = storage.get_storage()
 
@@ -34,7 +35,7 @@ def downstream_export(
         (out / "export.txt").write_text(gate.data_version)
         return pipeline.StepResult(key, gate.data_version, False, {"exported": 1})
 
-    return materialize_each(context, step)
+    yield from materialize_each(context, step)
 
 
 ASSETS = [raw_capture, trajectory, quality_report, downstream_export]

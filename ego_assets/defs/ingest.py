@@ -1,9 +1,11 @@
 """Assets raw_capture and trajectory: thin wrappers over `ego_assets.pipeline`."""
 
+from collections.abc import Iterator
+
 import dagster as dg
 
 from ego_assets import pipeline
-from ego_assets.defs.episodes import backfill_policy, materialize_each
+from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
 from ego_assets.defs.partitions import captures_partitions
 from ego_assets.defs.resources import StorageResource
 
@@ -18,9 +20,9 @@ from ego_assets.defs.resources import StorageResource
 )
 def raw_capture(
     context: dg.AssetExecutionContext, storage: StorageResource
-) -> dg.MaterializeResult:
+) -> Iterator[AssetEvent]:
     store = storage.get_storage()
-    return materialize_each(context, lambda key: pipeline.ingest_raw(store, key))
+    yield from materialize_each(context, lambda key: pipeline.ingest_raw(store, key))
 
 
 @dg.asset(
@@ -35,6 +37,6 @@ def raw_capture(
         "plus capture.json (conventions, annotations, media timing)."
     ),
 )
-def trajectory(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+def trajectory(context: dg.AssetExecutionContext, storage: StorageResource) -> Iterator[AssetEvent]:
     store = storage.get_storage()
-    return materialize_each(context, lambda key: pipeline.normalize(store, key))
+    yield from materialize_each(context, lambda key: pipeline.normalize(store, key))

@@ -8,12 +8,13 @@ applied per episode by every exporter (`pipeline.require_export_gate`).
 """
 
 import base64
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
 
 from ego_assets import pipeline
-from ego_assets.defs.episodes import backfill_policy, materialize_result, run_each
+from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_result, run_each
 from ego_assets.defs.ingest import trajectory
 from ego_assets.defs.partitions import captures_partitions
 from ego_assets.defs.resources import StorageResource
@@ -92,11 +93,11 @@ def _check_result(gates: dict[str, Gate], ranged: bool) -> dg.AssetCheckResult:
 )
 def quality_report(
     context: dg.AssetExecutionContext, storage: StorageResource
-) -> dg.MaterializeResult:
+) -> Iterator[AssetEvent]:
     store = storage.get_storage()
     results = run_each(context, lambda key: pipeline.assess_quality(store, key))
     gates = {key: pipeline.stored_gate(store, key) for key in results}
     check = _check_result({k: g for k, g in gates.items() if g is not None}, len(results) > 1)
-    return materialize_result(
+    yield from materialize_result(
         context, results, extra=lambda key: _quality_metadata(store, key), check_results=[check]
     )
