@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install test lint demo dev bench clean
+.PHONY: install system-deps test lint demo dev bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,20 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy ego_assets
 
-test: lint
+# Debian packages the browser UI test needs (headless Chromium + its WebDriver); a no-op
+# when already installed, apt-get only when one is missing (CI runs as root).
+SYSTEM_PACKAGES := chromium chromium-driver
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+test: lint system-deps
 	$(BIN)/dagster definitions validate -w workspace.yaml
 	$(BIN)/pytest -n 2 -q
 

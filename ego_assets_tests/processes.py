@@ -1,0 +1,169 @@
+"""Test helpers for deployment tests: a throwaway Postgres database, a DAGSTER_HOME
+written from infra/dagster.yaml, and Dagster processes started and stopped by their ids."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+INFRA = REPO / "infra"
+BIN = Path(os.environ.get("VIRTUAL_ENV") or REPO / ".venv") / "bin"
+PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+
+
+def postgres_reachable() -> bool:
+    """True when the machine's PostgreSQL accepts a trust-auth connection."""
+    try:
+        psycopg2.connect(dbname="postgres", connect_timeout=3, **PG).close()
+    except psycopg2.OperationalError:
+        return False
+    return True
+
+
+def require_postgres() -> None:
+    if not postgres_reachable():
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432 (user postgres, trust auth)")
+
+
+def _admin(sql: str) -> None:
+    conn = psycopg2.connect(dbname="postgres", connect_timeout=5, **PG)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def fresh_database(prefix: str = "ego_test") -> Iterator[str]:
+    """A new, empty database with a unique name; dropped (connections closed) on exit."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    _admin(f'CREATE DATABASE "{name}"')
+    try:
+        yield name
+    finally:
+        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def pg_env(db_name: str) -> dict[str, str]:
+    """The DAGSTER_PG_* variables infra/dagster.yaml reads, for ``db_name`` on this machine."""
+    return {
+        "DAGSTER_PG_HOST": PG["host"],
+        "DAGSTER_PG_PORT": str(PG["port"]),
+        "DAGSTER_PG_USER": PG["user"],
+        "DAGSTER_PG_PASSWORD": "",
+        "DAGSTER_PG_DB": db_name,
+    }
+
+
+def write_dagster_home(home: Path) -> Path:
+    """``home`` with the deployment's instance config (infra/dagster.yaml) as dagster.yaml."""
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(INFRA / "dagster.yaml", home / "dagster.yaml")
+    return home
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Service:
+    """A started process and the file its output goes to."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def start(name: str, args: list[str], env: Mapping[str, str], log_dir: Path) -> Service:
+    """Start ``args`` in its own process group, output to ``log_dir/<name>.log``."""
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(
+            args,
+            cwd=REPO,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    log.info("started %s (pid %d)", name, process.pid)
+    return Service(name, process, log_path)
+
+
+def stop(service: Service, timeout_s: float = 15.0) -> None:
+    """SIGTERM the process group of ``service`` (led by its pid), SIGKILL after a timeout.
+
+    The group holds what the service spawned itself (the webserver's and daemon's code
+    servers, run workers), so nothing outlives the test.
+    """
+    pid = service.process.pid
+    if service.process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        try:
+            service.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("%s (pid %d) ignored SIGTERM; killing", service.name, pid)
+    # Children (code servers, run workers) may still be alive in the group.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        service.process.wait(timeout=5)
+
+
+def wait_http_ok(url: str, service: Service, timeout_s: float) -> None:
+    """Poll ``url`` until it answers 200; fail with the service's log tail otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if service.process.poll() is not None:
+            pytest.fail(f"{service.name} exited early:\n{service.tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"{url} not up after {timeout_s} s:\n{service.tail()}")
+
+
+def webserver_args(port: int) -> list[str]:
+    return [
+        str(BIN / "dagster-webserver"),
+        "-w",
+        "workspace.yaml",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+    ]
+
+
+def daemon_args() -> list[str]:
+    return [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"]

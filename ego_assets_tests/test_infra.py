@@ -1,0 +1,197 @@
+"""The deployment files in infra/ are what Dagster, docker compose and the Helm chart accept."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+import yaml
+from dagster._core.instance.config import dagster_instance_config
+
+from ego_assets.defs.pools import SINGLE_WRITER_LIMIT, SINGLE_WRITER_POOL
+from ego_assets_tests.processes import (
+    INFRA,
+    fresh_database,
+    pg_env,
+    require_postgres,
+    write_dagster_home,
+)
+
+
+def _load(name: str) -> Any:
+    return yaml.safe_load((INFRA / name).read_text())
+
+
+def test_instance_config_is_valid_for_dagster_with_queued_runs_and_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in pg_env("dagster").items():
+        monkeypatch.setenv(name, value)
+    home = write_dagster_home(tmp_path / "home")
+    config, custom_class = dagster_instance_config(str(home))
+    assert custom_class is None
+    db = config["storage"]["postgres"]["postgres_db"]
+    assert db["scheme"] == "postgresql+psycopg2"
+    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    runs = config["concurrency"]["runs"]
+    backfill_limit = {t["key"]: t["limit"] for t in runs["tag_concurrency_limits"]}
+    # Backfills leave run slots for sensor-driven captures.
+    assert 0 < backfill_limit["dagster/backfill"] < runs["max_concurrent_runs"]
+    assert config["concurrency"]["pools"]["default_limit"] >= 1
+    assert config["telemetry"] == {"enabled": False}
+    assert config["backfills"]["use_threads"] and config["sensors"]["use_threads"]
+
+
+def test_instance_config_names_every_connection_setting_by_env_var() -> None:
+    db = _load("dagster.yaml")["storage"]["postgres"]["postgres_db"]
+    assert {k: v for k, v in db.items() if k != "scheme"} == {
+        "hostname": {"env": "DAGSTER_PG_HOST"},
+        "port": {"env": "DAGSTER_PG_PORT"},
+        "username": {"env": "DAGSTER_PG_USER"},
+        "password": {"env": "DAGSTER_PG_PASSWORD"},
+        "db_name": {"env": "DAGSTER_PG_DB"},
+    }
+    local = dict(
+        line.split("=", 1)
+        for line in (INFRA / "local.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert local["DAGSTER_PG_HOST"] == "127.0.0.1" and local["DAGSTER_PG_PORT"] == "5432"
+
+
+def test_instance_opens_on_a_fresh_postgres_database_with_the_single_writer_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_postgres()
+    with fresh_database() as db_name:
+        for name, value in pg_env(db_name).items():
+            monkeypatch.setenv(name, value)
+        home = write_dagster_home(tmp_path / "home")
+        instance = dg.DagsterInstance.from_config(str(home))
+        try:
+            assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+            assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+            assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+            queue = instance.get_concurrency_config().run_queue_config
+            assert queue is not None and queue.max_concurrent_runs == 8
+            assert instance.run_retries_enabled and instance.run_monitoring_enabled
+            # Storage round trip: a partition registered is read back from Postgres.
+            instance.add_dynamic_partitions("captures", ["cap-001", "cap-002"])
+            assert instance.get_dynamic_partitions("captures") == ["cap-001", "cap-002"]
+            instance.event_log_storage.set_concurrency_slots(
+                SINGLE_WRITER_POOL, SINGLE_WRITER_LIMIT
+            )
+            info = instance.event_log_storage.get_concurrency_info(SINGLE_WRITER_POOL)
+            assert info.slot_count == 1
+        finally:
+            instance.dispose()
+
+
+def _env_of(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        return dict(item.split("=", 1) for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def test_compose_file_wires_postgres_s3_code_server_webserver_and_daemon() -> None:
+    compose = _load("docker-compose.yaml")
+    services = compose["services"]
+    assert set(services) == {"postgres", "s3", "init", "code", "webserver", "daemon"}
+    assert services["postgres"]["image"].startswith("postgres:")
+    assert services["s3"]["image"].startswith("minio/minio:")
+    build = services["init"]["build"]
+    assert (INFRA / build["context"] / build["dockerfile"]).resolve() == (INFRA / "Dockerfile")
+    dagster_services = ("init", "code", "webserver", "daemon")
+    for name in dagster_services:
+        service = services[name]
+        assert service["image"] == services["init"]["image"], name
+        env = _env_of(service)
+        assert env["DAGSTER_PG_HOST"] == "postgres", name
+        assert env["EGO_DATA_DIR"].startswith("s3://"), name
+        assert env["EGO_S3_ENDPOINT_URL"] == "http://s3:9000", name
+        assert "dagster-storage" in service["volumes"][0], name
+    assert services["init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert services["init"]["depends_on"]["s3"]["condition"] == "service_healthy"
+    assert services["code"]["depends_on"]["init"]["condition"] == ("service_completed_successfully")
+    for name in ("webserver", "daemon"):
+        assert services[name]["depends_on"]["code"]["condition"] == "service_healthy"
+    assert "single_writer 1" in " ".join(services["init"]["command"])
+    # Published ports are bound to loopback only.
+    for name in ("webserver", "s3"):
+        assert all(p.startswith("127.0.0.1:") for p in services[name]["ports"]), name
+    assert services["webserver"]["ports"] == ["127.0.0.1:3000:3000"]
+    assert set(compose["volumes"]) == {"pgdata", "s3data", "dagster-storage"}
+
+
+def test_compose_workspace_reaches_the_code_server_over_grpc() -> None:
+    workspace = _load("workspace.docker.yaml")
+    (entry,) = workspace["load_from"]
+    assert entry["grpc_server"] == {"host": "code", "port": 4000, "location_name": "ego_assets"}
+    dockerfile = (INFRA / "Dockerfile").read_text()
+    assert dockerfile.startswith("# ") and "FROM python:3.11-slim" in dockerfile
+    assert "-c constraints.txt" in dockerfile
+    assert '"-p", "4000"' in dockerfile and '"ego_assets.definitions"' in dockerfile
+
+
+def _compose_cli() -> list[str] | None:
+    docker = shutil.which("docker")
+    if docker:
+        probe = subprocess.run(
+            [docker, "compose", "version"], capture_output=True, timeout=30, check=False
+        )
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    standalone = shutil.which("docker-compose")
+    return [standalone] if standalone else None
+
+
+def test_compose_file_passes_docker_compose_config() -> None:
+    cli = _compose_cli()
+    if cli is None:
+        pytest.skip("no docker compose plugin or docker-compose binary on this machine")
+    result = subprocess.run(
+        [*cli, "-f", str(INFRA / "docker-compose.yaml"), "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_helm_values_set_k8s_run_launcher_external_postgres_s3_and_run_limits() -> None:
+    values = _load("helm/values.yaml")
+    assert values["postgresql"]["enabled"] is False
+    assert values["postgresql"]["postgresqlScheme"] == "postgresql+psycopg2"
+    assert values["global"]["postgresqlSecretName"]
+    assert values["generatePostgresqlPasswordSecret"] is False
+
+    launcher = values["runLauncher"]
+    assert launcher["type"] == "K8sRunLauncher"
+    run_pod = launcher["config"]["k8sRunLauncher"]["runK8sConfig"]["containerConfig"]
+    assert run_pod["resources"]["requests"]["memory"] == "2Gi"
+
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    assert deployment["dagsterApiGrpcArgs"][:2] == ["-m", "ego_assets.definitions"]
+    assert deployment["includeConfigInLaunchedRuns"] == {"enabled": True}
+    env = {item["name"]: item["value"] for item in deployment["env"]}
+    assert env["EGO_DATA_DIR"].startswith("s3://")
+    assert env["EGO_LANDING_DIR"].startswith("s3://")
+
+    coordinator = values["dagsterDaemon"]["runCoordinator"]
+    assert coordinator["type"] == "QueuedRunCoordinator"
+    queued = coordinator["config"]["queuedRunCoordinator"]
+    # Dagster rejects run limits in the coordinator once `concurrency` is enabled.
+    assert "maxConcurrentRuns" not in queued and "tagConcurrencyLimits" not in queued
+    runs = values["concurrency"]["runs"]
+    assert values["concurrency"]["enabled"] is True
+    (backfill,) = runs["tagConcurrencyLimits"]
+    assert backfill["key"] == "dagster/backfill"
+    assert 0 < backfill["limit"] < runs["maxConcurrentRuns"]
+    for daemon_loop in ("sensors", "backfills"):
+        assert values["dagsterDaemon"][daemon_loop]["useThreads"] is True
