@@ -1,25 +1,48 @@
 """Find complete captures in the landing zone, in a stable order, after a cursor.
 
 A capture is complete when its marker (``ego_capture.json``) exists; uploaders write it
-last. Captures are ordered by (marker modification time ns, key); the cursor is the
-last (mtime, key) handed out, so each tick returns only captures completed since, at
-most ``limit`` of them. Folder names that are not valid capture keys are reported and
-passed over (they can never be partitions).
+last. Captures are ordered by (marker modification time ns, key): on local disk the
+file's mtime, on S3 the marker object's ``LastModified``. Each tick returns at most
+``limit`` captures not handed out before; the cursor records the last (mtime, key)
+handed out (the watermark) plus the keys handed out within `GRACE_S` seconds below it.
+
+Why the grace window: S3 ``LastModified`` has one-second resolution and is stamped when
+the PUT starts, so a marker can become visible *after* a tick that already moved the
+watermark past its time (same second, smaller key; or a slow upload). Markers up to
+`GRACE_S` older than the watermark are still picked up, once. A marker that appears
+with an older time than that (e.g. copied with ``rsync -a``, which keeps old mtimes) is
+never seen: uploaders must write the marker fresh.
+
+Cost per tick: local, one ``stat`` per landing folder; S3, one recursive listing of the
+landing prefix (one LIST request per 1,000 objects, marker times included), no request
+per capture. The landing zone should therefore be expired after ingest (the raw stage
+keeps the immutable copy), e.g. with a bucket lifecycle rule.
+
+Folder names that are not valid capture keys are reported and passed over (they can
+never be partitions).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from ego_assets.capture.files import MARKER_FILE
 from ego_assets.keys import is_valid_capture_key
-from ego_assets.storage import Storage
+from ego_assets.storage import Storage, is_local
+
+GRACE_S = 60
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
 class LandingScan:
-    """One scan: new capture keys (ordered), rejected folder names, the next cursor."""
+    """One scan: new capture keys (ordered), rejected folder names, the next cursor.
+
+    ``pending`` counts complete captures left for later ticks by ``limit``.
+    """
 
     keys: tuple[str, ...]
     rejected: tuple[str, ...]
@@ -27,34 +50,87 @@ class LandingScan:
     pending: int
 
 
-def _parse_cursor(cursor: str | None) -> tuple[int, str]:
-    if not cursor:
-        return (-1, "")
-    data = json.loads(cursor)
-    return (int(data["mtime_ns"]), str(data["key"]))
+@dataclass(frozen=True, slots=True)
+class _Cursor:
+    after: tuple[int, str]
+    recent: frozenset[tuple[int, str]] | None  # None: cursor from before the grace window
+
+    @staticmethod
+    def parse(cursor: str | None) -> _Cursor:
+        if not cursor:
+            return _Cursor((-1, ""), frozenset())
+        data = json.loads(cursor)
+        recent = data.get("recent")
+        return _Cursor(
+            (int(data["mtime_ns"]), str(data["key"])),
+            None if recent is None else frozenset((int(m), str(k)) for m, k in recent),
+        )
+
+    def is_new(self, marker: tuple[int, str], grace_ns: int) -> bool:
+        if marker > self.after:
+            return True
+        if self.recent is None or marker[0] < self.after[0] - grace_ns:
+            return False
+        return marker[1] not in {key for _, key in self.recent}
+
+    def advance(self, taken: list[tuple[int, str]], grace_ns: int) -> str:
+        after = max(self.after, taken[-1])
+        recent = sorted(
+            m for m in (self.recent or frozenset()) | set(taken) if m[0] >= after[0] - grace_ns
+        )
+        data = {"mtime_ns": after[0], "key": after[1], "recent": [list(m) for m in recent]}
+        return json.dumps(data, sort_keys=True)
 
 
-def scan_landing(storage: Storage, cursor: str | None, limit: int) -> LandingScan:
-    """Complete captures after ``cursor``, at most ``limit`` (the rest stay ``pending``)."""
+def list_markers(storage: Storage) -> list[tuple[int, str]]:
+    """(marker mtime ns, folder name) of every complete capture in the landing zone."""
+    landing = storage.landing
+    if is_local(landing):
+        root = Path(landing.path)
+        if not root.is_dir():
+            return []
+        found = []
+        for folder in root.iterdir():
+            try:
+                found.append(((folder / MARKER_FILE).stat().st_mtime_ns, folder.name))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        return found
+    prefix = landing.path.rstrip("/") + "/"
+    listing = landing.fs.find(prefix.rstrip("/"), detail=True)
+    found = []
+    for name, info in listing.items():
+        folder, _, file = name.removeprefix(prefix).partition("/")
+        if file == MARKER_FILE and name.startswith(prefix):
+            found.append((_mtime_ns(info), folder))
+    return found
+
+
+def _mtime_ns(info: dict) -> int:
+    """Integer ns since the epoch from an fsspec listing entry (S3 ``LastModified``)."""
+    modified = info.get("LastModified", info.get("mtime"))
+    if isinstance(modified, datetime):
+        return (modified - _EPOCH) // timedelta(microseconds=1) * 1000
+    if isinstance(modified, int | float):
+        return int(modified * 1e9)
+    raise ValueError(f"listing entry {info.get('name')!r} has no modification time")
+
+
+def scan_landing(
+    storage: Storage, cursor: str | None, limit: int, grace_s: float = GRACE_S
+) -> LandingScan:
+    """Complete captures not handed out before ``cursor``, at most ``limit``.
+
+    The rest stay ``pending`` for the next tick; see the module docstring.
+    """
     if limit < 1:
         raise ValueError("limit must be >= 1")
-    after = _parse_cursor(cursor)
-    if not storage.landing.exists():
-        return LandingScan((), (), cursor, 0)
-    complete: list[tuple[int, str]] = []
-    for folder in storage.landing.iterdir():
-        marker = folder / MARKER_FILE
-        if not marker.exists():
-            continue
-        mtime_ns = int(marker.stat().st_mtime * 1e9)
-        if (mtime_ns, folder.name) > after:
-            complete.append((mtime_ns, folder.name))
-    complete.sort()
+    state = _Cursor.parse(cursor)
+    grace_ns = int(grace_s * 1e9)
+    complete = sorted(m for m in list_markers(storage) if state.is_new(m, grace_ns))
     taken = complete[:limit]
     if not taken:
         return LandingScan((), (), cursor, 0)
     keys = tuple(name for _, name in taken if is_valid_capture_key(name))
     rejected = tuple(name for _, name in taken if not is_valid_capture_key(name))
-    last_mtime, last_key = taken[-1]
-    next_cursor = json.dumps({"mtime_ns": last_mtime, "key": last_key}, sort_keys=True)
-    return LandingScan(keys, rejected, next_cursor, len(complete) - len(taken))
+    return LandingScan(keys, rejected, state.advance(taken, grace_ns), len(complete) - len(taken))

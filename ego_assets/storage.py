@@ -7,15 +7,29 @@ Layout below the root (one folder per capture key and stage)::
     trajectory/<key>/...       canonical trajectory (capture.json + streams/*.parquet)
     quality/<key>/...          quality report
 
-Writers get a local staging folder (`write_dir`); on success it replaces the target
-atomically (local: rename; S3: every object uploaded, the stage's index file last, and
-stale objects removed). Readers get a local folder (`read_dir`): the folder itself on
-local storage, a downloaded copy on S3.
+Writers get a local staging folder (`Storage.write_dir`); readers get a local folder
+(`Storage.read_dir`): the folder itself on local storage, a downloaded copy on S3.
+
+What a reader can rely on:
+
+* Local: the staged folder replaces the target with one ``rename``; a reader sees the
+  old folder or the new one, never a mix.
+* S3 has no atomic multi-object rename, so every stage names an *index file* (the raw
+  manifest, the trajectory lineage, the quality gate) and readers must treat a folder
+  without it as absent. A write deletes the old index first, uploads every other file,
+  uploads the index last and then deletes objects the new version no longer has. Hence
+  "index present" implies "every file of that version is uploaded"; a failed block or
+  failed upload leaves no index. A reader racing a *re*-write of the same key may still
+  read a mix of versions; Dagster runs one writer per partition, and nothing here
+  rewrites a stage whose index already carries the wanted data version.
+
+Listings are never cached (``use_listings_cache=False``): the sensor, the run workers
+and the uploaders are different processes, and a cached listing would hide their objects.
 """
 
 from __future__ import annotations
 
-import shutil
+import logging
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,15 +42,24 @@ from ego_assets.keys import validate_capture_key
 from ego_assets.trajectory.store import atomic_directory
 
 STAGES = ("raw", "trajectory", "quality", "exports")
+LOCAL_PROTOCOLS = ("", "file", "local")
+
+logger = logging.getLogger(__name__)
+
+
+def is_local(path: UPath) -> bool:
+    """Whether ``path`` is on the local file system."""
+    return path.protocol in LOCAL_PROTOCOLS
 
 
 class Storage:
-    """Paths and atomic folder writes for every stage of every capture.
+    """Paths and whole-folder writes for every stage of every capture.
 
     Args:
         root: local folder or ``s3://bucket/prefix``.
         landing: where captures are dropped; default ``<root>/landing``.
-        storage_options: fsspec options for remote roots (e.g. ``endpoint_url``).
+        storage_options: fsspec options for remote locations (e.g. ``endpoint_url``);
+            listings caching is always switched off for them (see the module docstring).
     """
 
     def __init__(
@@ -51,13 +74,14 @@ class Storage:
 
     def _upath(self, location: str | Path) -> UPath:
         text = str(location)
-        if "://" in text:
-            return UPath(text, **self.storage_options)
-        return UPath(Path(text).resolve())
+        if "://" in text and not text.startswith("file://"):
+            return UPath(text, **{"use_listings_cache": False, **self.storage_options})
+        return UPath(Path(text.removeprefix("file://")).resolve())
 
     @property
     def is_local(self) -> bool:
-        return self.root.protocol in ("", "file", "local")
+        """Whether the stages (not necessarily the landing zone) are on local disk."""
+        return is_local(self.root)
 
     def stage_path(self, stage: str, key: str) -> UPath:
         """Folder of ``key`` in ``stage`` (key validated)."""
@@ -66,58 +90,81 @@ class Storage:
         return self.root / stage / validate_capture_key(key)
 
     def landing_path(self, key: str) -> UPath:
+        """Folder of ``key`` in the landing zone (key validated)."""
         return self.landing / validate_capture_key(key)
 
     def exists(self, stage: str, key: str, file: str) -> bool:
+        """Whether ``stage/key/file`` exists (one HEAD request on S3)."""
         return (self.stage_path(stage, key) / file).exists()
 
     @contextmanager
     def write_dir(self, stage: str, key: str, *, index_file: str | None = None) -> Iterator[Path]:
         """A local folder whose content replaces ``stage/key`` when the block succeeds.
 
-        ``index_file`` (e.g. ``capture.json``) is uploaded last on remote storage, so a
-        reader that waits for it never sees a partial folder.
+        Nothing is written when the block raises. On S3, ``index_file`` (e.g.
+        ``manifest.json``) is removed first and uploaded last; see the module docstring.
         """
         target = self.stage_path(stage, key)
-        if self.is_local:
+        if is_local(target):
             with atomic_directory(Path(target.path)) as tmp:
                 yield tmp
             return
         with tempfile.TemporaryDirectory(prefix=f"ego-{stage}-") as tmp_name:
             tmp = Path(tmp_name)
             yield tmp
-            _upload_tree(tmp, target, index_file)
+            upload_tree(tmp, target, index_file)
 
     @contextmanager
     def read_dir(self, location: UPath) -> Iterator[Path]:
         """A local folder with the content of ``location`` (downloaded when remote)."""
-        if self.is_local and location.protocol in ("", "file", "local"):
+        if is_local(location):
             yield Path(location.path)
             return
         with tempfile.TemporaryDirectory(prefix="ego-read-") as tmp_name:
             tmp = Path(tmp_name)
-            for src in location.rglob("*"):
-                if src.is_file():
-                    rel = (
-                        src.relative_to(location).as_posix() if hasattr(src, "relative_to") else ""
-                    )
-                    dest = tmp / rel
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    with src.open("rb") as fin, dest.open("wb") as fout:
-                        shutil.copyfileobj(fin, fout)
+            download_tree(location, tmp)
             yield tmp
 
 
-def _upload_tree(local: Path, target: UPath, index_file: str | None) -> None:
-    files = sorted(p for p in local.rglob("*") if p.is_file())
-    rels = [p.relative_to(local).as_posix() for p in files]
-    ordered = sorted(zip(rels, files, strict=True), key=lambda rf: rf[0] == index_file)
-    for rel, path in ordered:
-        dest = target / rel
-        with path.open("rb") as fin, dest.open("wb") as fout:
-            shutil.copyfileobj(fin, fout)
-    keep = set(rels)
-    if target.exists():
-        for old in target.rglob("*"):
-            if old.is_file() and old.relative_to(target).as_posix() not in keep:
-                old.unlink()
+def _remote_files(location: UPath) -> dict[str, str]:
+    """Relative POSIX name -> fsspec path of every object below ``location`` (one listing)."""
+    root = location.path.rstrip("/")
+    found = location.fs.find(root)
+    return {name[len(root) + 1 :]: name for name in found if name.startswith(root + "/")}
+
+
+def upload_tree(local: Path, target: UPath, index_file: str | None) -> None:
+    """Make the objects below ``target`` equal to the files below ``local``.
+
+    Order: delete the old ``index_file``; upload the other files (concurrently); upload
+    ``index_file``; delete objects that are not in ``local``.
+    """
+    fs = target.fs
+    root = target.path.rstrip("/")
+    rels = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    if index_file is not None and index_file not in rels:
+        raise ValueError(f"index file {index_file!r} was not written in {local}")
+    existing = _remote_files(target)
+    if index_file is not None and index_file in existing:
+        fs.rm_file(existing[index_file])
+    body = [rel for rel in rels if rel != index_file]
+    if body:
+        fs.put([str(local / rel) for rel in body], [f"{root}/{rel}" for rel in body])
+    if index_file is not None:
+        fs.put_file(str(local / index_file), f"{root}/{index_file}")
+    stale = [path for rel, path in existing.items() if rel not in set(rels)]
+    if stale:
+        fs.rm(stale)
+    fs.invalidate_cache(root)
+    logger.debug("uploaded %d files to %s, removed %d stale", len(rels), target, len(stale))
+
+
+def download_tree(location: UPath, local: Path) -> None:
+    """Download every object below ``location`` into ``local`` (concurrently)."""
+    files = _remote_files(location)
+    if not files:
+        return
+    rels = sorted(files)
+    for rel in rels:
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+    location.fs.get([files[rel] for rel in rels], [str(local / rel) for rel in rels])

@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,18 @@ class S3Server:
         bucket = name or f"ego-test-{next(self._counter)}-{uuid.uuid4().hex[:8]}"
         self.client().create_bucket(Bucket=bucket)
         return f"s3://{bucket}"
+
+    def upload_dir(self, local: Path, url: str, last: str | None = "ego_capture.json") -> None:
+        """Upload every file below ``local`` to ``s3://bucket/prefix``, ``last`` (the marker) last.
+
+        What an uploader does with a capture folder: the marker goes up after the data.
+        """
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        rels = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+        client = self.client()
+        for rel in sorted(rels, key=lambda r: r == last):
+            client.upload_file(str(local / rel), bucket, prefix + rel)
 
     def keys(self, url: str) -> list[str]:
         """Every object key below ``s3://bucket/prefix`` (sorted, relative to the prefix)."""
