@@ -3,7 +3,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+# The local instance that `make demo` writes and `make dev` shows (tests use their own).
+LOCAL_DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 .PHONY: install system-deps test lint demo dev bench clean
 
@@ -37,11 +38,12 @@ test: lint system-deps
 	$(BIN)/pytest -n 2 -q
 
 demo: $(STAMP)
-	$(BIN)/ego-assets demo --data ./data
+	mkdir -p $(LOCAL_DAGSTER_HOME)
+	DAGSTER_HOME=$(LOCAL_DAGSTER_HOME) $(BIN)/ego-assets demo --data ./data
 
 dev: $(STAMP)
-	mkdir -p $(DAGSTER_HOME)
-	$(BIN)/dagster dev -w workspace.yaml
+	mkdir -p $(LOCAL_DAGSTER_HOME)
+	DAGSTER_HOME=$(LOCAL_DAGSTER_HOME) EGO_DATA_DIR=$(CURDIR)/data $(BIN)/dagster dev -w workspace.yaml
 
 bench: $(STAMP)
 	$(BIN)/python -m bench normalize --json bench/results/normalize.json
