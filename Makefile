@@ -34,7 +34,7 @@ system-deps:
 	fi
 
 test: lint system-deps
-	$(BIN)/dagster definitions validate -w workspace.yaml
+	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
 	$(BIN)/pytest -n 2 -q
 
 demo: $(STAMP)
