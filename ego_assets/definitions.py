@@ -9,27 +9,35 @@ import dagster as dg
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
-from ego_assets.defs.sensors import capture_job, landing_sensor
+from ego_assets.defs.sensors import (
+    DEFAULT_SENSOR_INTERVAL_S,
+    build_landing_sensor,
+    capture_job,
+    sensor_interval_s,
+)
 
 ASSETS = [raw_capture, trajectory, quality_report]
 
 
-def build_defs(storage: StorageResource) -> dg.Definitions:
+def build_defs(
+    storage: StorageResource, sensor_interval: int = DEFAULT_SENSOR_INTERVAL_S
+) -> dg.Definitions:
     """Definitions with the given storage (tests and the demo pass their own)."""
     return dg.Definitions(
         assets=ASSETS,
         jobs=[capture_job],
-        sensors=[landing_sensor],
+        sensors=[build_landing_sensor(sensor_interval)],
         resources={"storage": storage},
     )
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    """Storage from EGO_DATA_DIR / EGO_LANDING_DIR / EGO_S3_ENDPOINT_URL (read at load)."""
+    """Storage from EGO_DATA_DIR / EGO_LANDING_DIR / EGO_S3_ENDPOINT_URL, sensor interval from
+    EGO_SENSOR_INTERVAL_S (all read at load)."""
     storage = StorageResource(
         root=os.environ.get("EGO_DATA_DIR", "data"),
         landing=os.environ.get("EGO_LANDING_DIR") or None,
         endpoint_url=os.environ.get("EGO_S3_ENDPOINT_URL") or None,
     )
-    return build_defs(storage)
+    return build_defs(storage, sensor_interval_s(os.environ))

@@ -195,3 +195,18 @@ def test_helm_values_set_k8s_run_launcher_external_postgres_s3_and_run_limits() 
     assert 0 < backfill["limit"] < runs["maxConcurrentRuns"]
     for daemon_loop in ("sensors", "backfills"):
         assert values["dagsterDaemon"][daemon_loop]["useThreads"] is True
+
+
+def test_sensor_interval_comes_from_the_environment_at_definition_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ego_assets import definitions
+    from ego_assets.defs.sensors import sensor_interval_s
+
+    monkeypatch.setenv("EGO_SENSOR_INTERVAL_S", "2")
+    sensor = definitions.defs().resolve_sensor_def("landing_sensor")
+    assert sensor.minimum_interval_seconds == 2
+    monkeypatch.delenv("EGO_SENSOR_INTERVAL_S")
+    assert definitions.defs().resolve_sensor_def("landing_sensor").minimum_interval_seconds == 30
+    with pytest.raises(ValueError, match="EGO_SENSOR_INTERVAL_S"):
+        sensor_interval_s({"EGO_SENSOR_INTERVAL_S": "0.5"})

@@ -1,5 +1,7 @@
 """Landing-zone sensor: registers complete captures as partitions and requests their runs."""
 
+from collections.abc import Mapping
+
 import dagster as dg
 
 from ego_assets.defs.ingest import raw_capture, trajectory
@@ -10,6 +12,10 @@ from ego_assets.landing import scan_landing
 
 # Captures registered per tick: keeps each tick far below the 60 s sensor timeout.
 MAX_CAPTURES_PER_TICK = 200
+# Seconds between ticks; deployments (and the end-to-end test) set EGO_SENSOR_INTERVAL_S,
+# read when the definitions load. The daemon's sensor loop itself wakes every ~5 s.
+SENSOR_INTERVAL_ENV = "EGO_SENSOR_INTERVAL_S"
+DEFAULT_SENSOR_INTERVAL_S = 30
 
 capture_job = dg.define_asset_job(
     "capture_job",
@@ -18,10 +24,27 @@ capture_job = dg.define_asset_job(
 )
 
 
-@dg.sensor(
-    job=capture_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING
-)
-def landing_sensor(
+def sensor_interval_s(environ: Mapping[str, str]) -> int:
+    """Tick interval from ``EGO_SENSOR_INTERVAL_S`` (whole seconds >= 1), default 30."""
+    text = environ.get(SENSOR_INTERVAL_ENV, "").strip()
+    if not text:
+        return DEFAULT_SENSOR_INTERVAL_S
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{SENSOR_INTERVAL_ENV} must be a whole number of seconds >= 1: {text!r}")
+    return int(text)
+
+
+def build_landing_sensor(interval_s: int = DEFAULT_SENSOR_INTERVAL_S) -> dg.SensorDefinition:
+    """`landing_sensor` ticking every ``interval_s`` seconds."""
+    return dg.sensor(
+        name="landing_sensor",
+        job=capture_job,
+        minimum_interval_seconds=interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+    )(_landing_sensor)
+
+
+def _landing_sensor(
     context: dg.SensorEvaluationContext, storage: StorageResource
 ) -> dg.SensorResult | dg.SkipReason:
     """New complete captures in the landing zone -> partitions + one run request each."""
@@ -37,3 +60,6 @@ def landing_sensor(
         dynamic_partitions_requests=[captures_partitions.build_add_request(list(scan.keys))],
         cursor=scan.cursor,
     )
+
+
+landing_sensor = build_landing_sensor()
