@@ -1,0 +1,114 @@
+"""Chunked (ranged) backfill runs: per-capture results, failure isolation, reuse on rerun."""
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest, write_marker
+from ego_assets.defs.episodes import BACKFILL_CHUNK, DATA_VERSION_TAG
+from ego_assets.defs.ingest import raw_capture, trajectory
+from ego_assets.defs.quality import quality_report
+from ego_assets.defs.resources import StorageResource
+from ego_assets.pipeline import LINEAGE_FILE, NORMALIZER_VERSION
+from ego_assets.synth import synthesize
+
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+KEYS = ["c01", "c02", "c03", "c04", "c05"]
+BAD = "c03"
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory) -> Path:
+    """Five 1 s iPhone captures (different seeds); c03's device_pose.csv row 4 is garbled.
+
+    ``fixed`` holds c03 as it should have been (the re-upload).
+    """
+    root = tmp_path_factory.mktemp("backfill")
+    for seed, key in enumerate(KEYS):
+        synthesize("holos-iphone", root / key, seconds=1.0, seed=seed, capture_id=key)
+    shutil.copytree(root / BAD, root / "fixed")
+    csv = root / BAD / "device_pose.csv"
+    lines = csv.read_text().splitlines()
+    lines[4] = lines[4].replace(",", ",not-a-number,", 1)
+    csv.write_text("\n".join(lines) + "\n")
+    write_marker(root / BAD, "holos")
+    return root
+
+
+def _data_root(captures: Path, tmp_path: Path) -> Path:
+    for key in KEYS:
+        shutil.copytree(captures / key, tmp_path / "landing" / key)
+    return tmp_path
+
+
+def _ranged(root: Path, instance, assets) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        assets,
+        instance=instance,
+        resources={"storage": StorageResource(root=str(root))},
+        tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]},
+        raise_on_error=False,
+    )
+
+
+def _latest(instance, asset: str, key: str) -> dg.AssetMaterialization:
+    record = instance.get_latest_data_version_record(dg.AssetKey(asset), partition_key=key)
+    assert record is not None and record.asset_materialization is not None
+    return record.asset_materialization
+
+
+def test_backfill_chunk_is_documented_and_bounded():
+    assert 10 <= BACKFILL_CHUNK <= 100
+    for asset in (raw_capture, trajectory, quality_report):
+        assert asset.backfill_policy == dg.BackfillPolicy.multi_run(BACKFILL_CHUNK)
+
+
+def test_chunk_with_a_malformed_capture_keeps_the_others_and_names_the_bad_one(captures, tmp_path):
+    root = _data_root(captures, tmp_path)
+    good = [k for k in KEYS if k != BAD]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("captures", KEYS)
+        first = _ranged(root, instance, [raw_capture, trajectory, quality_report])
+        assert not first.success
+        failures = [e for e in first.all_events if e.is_step_failure]
+        assert [e.step_key for e in failures] == ["trajectory"]
+        message = failures[0].step_failure_data.error.message
+        assert "1 of 5 captures failed" in message
+        assert f"capture '{BAD}', file 'device_pose.csv'" in message and "row 4" in message
+        # every good capture's trajectory was written (atomically) before the step failed
+        for key in good:
+            lineage = json.loads((root / "trajectory" / key / LINEAGE_FILE).read_text())
+            sha = RawManifest.from_json((root / "raw" / key / MANIFEST_FILE).read_text())
+            assert lineage["data_version"] == f"{NORMALIZER_VERSION}:{sha.content_sha256}"
+        assert not (root / "trajectory" / BAD).exists()
+        # raw_capture succeeded for the whole chunk, each partition with its own version
+        versions = {k: _latest(instance, "raw_capture", k).tags[DATA_VERSION_TAG] for k in KEYS}
+        for key in KEYS:
+            manifest = RawManifest.from_json((root / "raw" / key / MANIFEST_FILE).read_text())
+            assert versions[key] == manifest.content_sha256
+        assert len(set(versions.values())) == len(KEYS)
+        mtimes = {k: (root / "trajectory" / k / LINEAGE_FILE).stat().st_mtime_ns for k in good}
+
+        # the uploader fixes c03 (and the bad raw copy is discarded); rerunning the same
+        # chunk recomputes only c03, every good capture is reused as stored
+        shutil.rmtree(root / "landing" / BAD)
+        shutil.copytree(captures / "fixed", root / "landing" / BAD)
+        shutil.rmtree(root / "raw" / BAD)
+        again = _ranged(root, instance, [raw_capture, trajectory, quality_report])
+        assert again.success
+        for key in good:
+            event = _latest(instance, "trajectory", key)
+            assert event.metadata["reused"].value is True
+            assert _latest(instance, "raw_capture", key).metadata["reused"].value is True
+            assert event.tags[DATA_VERSION_TAG] == f"{NORMALIZER_VERSION}:{versions[key]}"
+            assert (root / "trajectory" / key / LINEAGE_FILE).stat().st_mtime_ns == mtimes[key]
+        assert _latest(instance, "trajectory", BAD).metadata["reused"].value is False
+        for key in KEYS:
+            quality = _latest(instance, "quality_report", key)
+            raw_version = _latest(instance, "raw_capture", key).tags[DATA_VERSION_TAG]
+            assert quality.tags[DATA_VERSION_TAG].endswith(f"{NORMALIZER_VERSION}:{raw_version}")
+            assert (root / "quality" / key / "quality.parquet").exists()
