@@ -93,9 +93,13 @@ class CaptureFiles:
             message = f"malformed JSON: {exc.msg} (column {exc.colno})"
             raise self.error(rel, message, row=exc.lineno) from None
 
-    def read_json_lines(self, rel: str) -> list[Any]:
-        """Parse JSON Lines; the row of an error is the 1-based line number."""
-        records = []
+    def read_json_lines(self, rel: str) -> tuple[list[Any], list[int]]:
+        """Parse JSON Lines: the records and their 1-based line numbers (blank lines skipped).
+
+        A syntax error names its line as the row.
+        """
+        records: list[Any] = []
+        lines: list[int] = []
         with self.path(rel).open(encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, start=1):
                 if not line.strip():
@@ -105,9 +109,23 @@ class CaptureFiles:
                 except json.JSONDecodeError as exc:
                     message = f"malformed JSON line: {exc.msg}"
                     raise self.error(rel, message, row=lineno) from None
+                lines.append(lineno)
         if not records:
             raise self.error(rel, "file has no records")
-        return records
+        return records, lines
+
+    def read_schema_document(self, rel: str, schema: str, version: int) -> dict[str, Any]:
+        """A JSON object that declares ``schema`` and ``schema_version``, both checked."""
+        doc = self.read_json(rel)
+        if not isinstance(doc, dict):
+            raise self.error(rel, "expected a JSON object")
+        if require(self, rel, doc, "schema", str) != schema:
+            raise self.error(rel, f"schema must be {schema!r}", field="schema")
+        found = require(self, rel, doc, "schema_version", int)
+        if found != version:
+            message = f"unknown schema_version {found}, this reader reads {version}"
+            raise self.error(rel, message, field="schema_version")
+        return doc
 
     def read_csv(
         self,

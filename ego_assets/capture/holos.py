@@ -327,18 +327,7 @@ def _read_clock(files: CaptureFiles, meta: Mapping[str, object]) -> _Clock:
 
 
 def _read_metadata(files: CaptureFiles) -> dict[str, object]:
-    meta = files.read_json(METADATA)
-    if not isinstance(meta, dict):
-        raise files.error(METADATA, "expected a JSON object")
-    if require(files, METADATA, meta, "schema", str) != SCHEMA:
-        raise files.error(METADATA, f"schema must be {SCHEMA!r}", field="schema")
-    version = require(files, METADATA, meta, "schema_version", int)
-    if version != SCHEMA_VERSION:
-        raise files.error(
-            METADATA,
-            f"unknown schema_version {version}, this reader reads {SCHEMA_VERSION}",
-            field="schema_version",
-        )
+    meta = files.read_schema_document(METADATA, SCHEMA, SCHEMA_VERSION)
     modality = require(files, METADATA, meta, "modality", str)
     if modality not in SOURCE_KINDS:
         raise files.error(

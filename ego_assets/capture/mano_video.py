@@ -184,14 +184,7 @@ def read_mano_video(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajector
 
 def _read_meta(files: CaptureFiles) -> _Meta:
     rel = META_FILE
-    doc = files.read_json(rel)
-    if not isinstance(doc, dict):
-        raise files.error(rel, "expected a JSON object")
-    if require(files, rel, doc, "schema", str) != SCHEMA:
-        raise files.error(rel, f"schema must be {SCHEMA!r}", field="schema")
-    version = require(files, rel, doc, "schema_version", int)
-    if version != SCHEMA_VERSION:
-        raise files.error(rel, f"unknown schema_version {version}", field="schema_version")
+    doc = files.read_schema_document(rel, SCHEMA, SCHEMA_VERSION)
     mano = require(files, rel, doc, "mano", dict)
     pose_space = require(files, rel, mano, "pose_space", str)
     n_pca = require(files, rel, mano, "n_pca", int) if pose_space == "pca" else None

@@ -142,14 +142,7 @@ def read_webxr(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
 
 def _read_session(files: CaptureFiles) -> _Session:
     rel = SESSION_FILE
-    doc = files.read_json(rel)
-    if not isinstance(doc, dict):
-        raise files.error(rel, "expected a JSON object")
-    if require(files, rel, doc, "schema", str) != SCHEMA:
-        raise files.error(rel, f"schema must be {SCHEMA!r}", field="schema")
-    version = require(files, rel, doc, "schema_version", int)
-    if version != SCHEMA_VERSION:
-        raise files.error(rel, f"unknown schema_version {version}", field="schema_version")
+    doc = files.read_schema_document(rel, SCHEMA, SCHEMA_VERSION)
     rate = float(require(files, rel, doc, "recorder_rate_hz", (int, float)))
     if not rate > 0:
         raise files.error(rel, "must be > 0", field="recorder_rate_hz")

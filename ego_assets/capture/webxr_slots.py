@@ -12,7 +12,6 @@ pinch are NaN with False flags, whatever the line carries.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,31 +85,12 @@ def read_slots(files: CaptureFiles) -> SlotArrays:
         CaptureFormatError: missing/empty file, a malformed line, a missing key, a value
             of the wrong type or a wrong joint count (row = 1-based line number).
     """
-    records, lines = _load_lines(files)
+    records, lines = files.read_json_lines(SLOTS_FILE)
     try:
         return _build(records)
     except (_Invalid, KeyError, TypeError, ValueError, AttributeError):
         _diagnose(files, records, lines)
         raise files.error(SLOTS_FILE, "journal values could not be typed") from None
-
-
-def _load_lines(files: CaptureFiles) -> tuple[list[Any], list[int]]:
-    records: list[Any] = []
-    lines: list[int] = []
-    with files.path(SLOTS_FILE).open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise files.error(
-                    SLOTS_FILE, f"malformed JSON line: {exc.msg}", row=lineno
-                ) from None
-            lines.append(lineno)
-    if not records:
-        raise files.error(SLOTS_FILE, "file has no records")
-    return records, lines
 
 
 def _types_ok(values: Sequence[Any], allowed: tuple[type, ...]) -> bool:
