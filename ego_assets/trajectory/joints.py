@@ -135,68 +135,32 @@ WRIST: Mapping[str, int] = MappingProxyType(
     {"webxr25": 0, "arkit27": 0, "vision21": 0, "mediapipe21": 0, "aria21": 5, "mano21": 0}
 )
 
+
+def _chain_parents(first: int, lengths: tuple[int, ...]) -> tuple[int, ...]:
+    """Parents of finger chains that all hang off the wrist (joint 0)."""
+    parents = [-1]
+    joint = first
+    for length in lengths:
+        parents += [0] + [joint + i for i in range(length - 1)]
+        joint += length
+    return tuple(parents)
+
+
+# WebXR / ARKit: thumb has 4 joints, the other fingers 5 (metacarpal .. tip).
+_WEBXR_PARENTS = _chain_parents(1, (4, 5, 5, 5, 5))
+# MediaPipe / Vision: 4 joints per finger (thumb CMC .. tip, MCP .. tip).
+_LANDMARK21_PARENTS = _chain_parents(1, (4, 4, 4, 4, 4))
+
 # Parent of each joint (-1 = root) for the skeleton sets; bones are (parent, child).
 PARENTS: Mapping[str, tuple[int, ...]] = MappingProxyType(
     {
-        "webxr25": (
-            -1,
-            0,
-            1,
-            2,
-            3,
-            0,
-            5,
-            6,
-            7,
-            8,
-            0,
-            10,
-            11,
-            12,
-            13,
-            0,
-            15,
-            16,
-            17,
-            18,
-            0,
-            20,
-            21,
-            22,
-            23,
-        ),
-        "arkit27": (
-            -1,
-            0,
-            1,
-            2,
-            3,
-            0,
-            5,
-            6,
-            7,
-            8,
-            0,
-            10,
-            11,
-            12,
-            13,
-            0,
-            15,
-            16,
-            17,
-            18,
-            0,
-            20,
-            21,
-            22,
-            23,
-            0,
-            25,
-        ),
-        "mediapipe21": (-1, 0, 1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11, 0, 13, 14, 15, 0, 17, 18, 19),
-        "vision21": (-1, 0, 1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11, 0, 13, 14, 15, 0, 17, 18, 19),
+        "webxr25": _WEBXR_PARENTS,
+        "arkit27": (*_WEBXR_PARENTS, 0, 25),  # forearmWrist <- wrist, forearmArm <- forearmWrist
+        "mediapipe21": _LANDMARK21_PARENTS,
+        "vision21": _LANDMARK21_PARENTS,
+        # fingertips hang off the distal joints; wrist is joint 5
         "aria21": (7, 10, 13, 16, 19, -1, 5, 6, 5, 8, 9, 5, 11, 12, 5, 14, 15, 5, 17, 18, 5),
+        # wrist, index/middle/pinky/ring/thumb chains of 3, then the five tips
         "mano21": (-1, 0, 1, 2, 0, 4, 5, 0, 7, 8, 0, 10, 11, 0, 13, 14, 15, 3, 6, 12, 9),
     }
 )
