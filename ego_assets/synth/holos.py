@@ -224,14 +224,7 @@ class _Holos:
             m = np.eye(4)
             m[0, 3] = -dx * STEREO_BASELINE_M  # camera_from_device: device point -> camera
             cams[name] = {
-                "model": "pinhole-radtan5",
-                "width": CAMERA.width,
-                "height": CAMERA.height,
-                "fx": CAMERA.fx,
-                "fy": CAMERA.fy,
-                "cx": CAMERA.cx,
-                "cy": CAMERA.cy,
-                "distortion": [0.0] * 5,
+                **CAMERA.calibration_doc(),
                 "camera_from_device": m.reshape(-1).tolist(),
             }
         return {"baseline_m": STEREO_BASELINE_M, "cameras": cams}

@@ -40,6 +40,19 @@ class Pinhole:
     cy: float
     distortion: tuple[float, float, float, float, float] = field(default=(0.0,) * 5)
 
+    def calibration_doc(self) -> dict[str, object]:
+        """The pinhole-radtan5 fields of a calibration JSON document."""
+        return {
+            "model": "pinhole-radtan5",
+            "width": self.width,
+            "height": self.height,
+            "fx": self.fx,
+            "fy": self.fy,
+            "cx": self.cx,
+            "cy": self.cy,
+            "distortion": list(self.distortion),
+        }
+
 
 def world_to_opencv(points: np.ndarray, cam_pos: np.ndarray, cam_rot: Rotation) -> np.ndarray:
     """World points into the OpenCV camera frame (x right, y down, z forward).

@@ -71,14 +71,7 @@ def _session(capture_id: str, seconds: float) -> dict[str, Any]:
 
 def _calibration() -> dict[str, Any]:
     return {
-        "model": "pinhole-radtan5",
-        "width": CAMERA.width,
-        "height": CAMERA.height,
-        "fx": CAMERA.fx,
-        "fy": CAMERA.fy,
-        "cx": CAMERA.cx,
-        "cy": CAMERA.cy,
-        "distortion": list(CAMERA.distortion),
+        **CAMERA.calibration_doc(),
         "rms_error_px": 0.31,
         "sample_count": 42,
         "captured_at": "2026-10-30T09:12:00.000000Z",
