@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CaptureFormatError, CaptureKeyError) as exc:
+    except (CaptureFormatError, CaptureKeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
