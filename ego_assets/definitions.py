@@ -6,9 +6,12 @@ import os
 
 import dagster as dg
 
+from ego_assets.defs.aggregates import AGGREGATES
+from ego_assets.defs.automation import stale_code_sensor, with_stale_code_automation
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
+from ego_assets.defs.schedules import aggregates_job, nightly_aggregates
 from ego_assets.defs.sensors import (
     DEFAULT_SENSOR_INTERVAL_S,
     build_landing_sensor,
@@ -16,7 +19,7 @@ from ego_assets.defs.sensors import (
     sensor_interval_s,
 )
 
-ASSETS = [raw_capture, trajectory, quality_report]
+ASSETS = [raw_capture, trajectory, quality_report, *AGGREGATES]
 
 
 def build_defs(
@@ -24,9 +27,10 @@ def build_defs(
 ) -> dg.Definitions:
     """Definitions with the given storage (tests and the demo pass their own)."""
     return dg.Definitions(
-        assets=ASSETS,
-        jobs=[capture_job],
-        sensors=[build_landing_sensor(sensor_interval)],
+        assets=with_stale_code_automation(ASSETS),
+        jobs=[capture_job, aggregates_job],
+        schedules=[nightly_aggregates],
+        sensors=[build_landing_sensor(sensor_interval), stale_code_sensor],
         resources={"storage": storage},
     )
 

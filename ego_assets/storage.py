@@ -41,7 +41,7 @@ from upath import UPath
 from ego_assets.keys import validate_capture_key
 from ego_assets.trajectory.store import atomic_directory
 
-STAGES = ("raw", "trajectory", "quality", "exports")
+STAGES = ("raw", "trajectory", "quality", "exports", "catalog")
 LOCAL_PROTOCOLS = ("", "file", "local")
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,43 @@
+"""Unpartitioned aggregates over every capture, refreshed by the nightly schedule.
+
+Each aggregate depends on a per-capture asset through `AllPartitionMapping` (it reads
+every capture's output, not one partition), writes one shared artefact through the
+storage resource and therefore holds `SINGLE_WRITER_POOL` (limit 1 in the deployment):
+two refreshes never write the same file at once.
+"""
+
+import dagster as dg
+
+from ego_assets.defs.pools import SINGLE_WRITER_POOL
+from ego_assets.defs.quality import quality_report
+from ego_assets.defs.resources import StorageResource
+from ego_assets.quality.catalog import write_quality_catalog
+
+CATALOG_VERSION = "quality-catalog-1"
+AGGREGATES_GROUP = "aggregates"
+
+
+@dg.asset(
+    deps=[dg.AssetDep(quality_report, partition_mapping=dg.AllPartitionMapping())],
+    group_name=AGGREGATES_GROUP,
+    kinds={"python", "parquet"},
+    code_version=CATALOG_VERSION,
+    pool=SINGLE_WRITER_POOL,
+    description=(
+        "Every episode's quality row in one Parquet table (catalog/quality/quality.parquet), "
+        "columns matched by name, sorted by capture key."
+    ),
+)
+def quality_catalog(storage: StorageResource) -> dg.MaterializeResult:
+    summary = write_quality_catalog(storage.get_storage())
+    return dg.MaterializeResult(
+        metadata={
+            "uri": dg.MetadataValue.path(summary.uri),
+            "episodes": summary.episodes,
+            "columns": summary.columns,
+            "failed_episodes": summary.failed,
+        }
+    )
+
+
+AGGREGATES = [quality_catalog]
