@@ -116,25 +116,28 @@ def start(name: str, args: list[str], env: Mapping[str, str], log_dir: Path) -> 
     return Service(name, process, log_path)
 
 
-def stop(service: Service, timeout_s: float = 15.0) -> None:
-    """SIGTERM the process group of ``service`` (led by its pid), SIGKILL after a timeout.
+def stop(services: list[Service], timeout_s: float = 15.0) -> None:
+    """SIGTERM the process group of every service (led by its pid), SIGKILL after a timeout.
 
-    The group holds what the service spawned itself (the webserver's and daemon's code
-    servers, run workers), so nothing outlives the test.
+    A group holds what its service spawned itself (the webserver's and daemon's code
+    servers, run workers), so nothing outlives the test. All groups are signalled
+    first, then awaited, so shutdowns overlap.
     """
-    pid = service.process.pid
-    if service.process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
+    for service in services:
+        if service.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(service.process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for service in services:
         try:
-            service.process.wait(timeout=timeout_s)
+            service.process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            log.warning("%s (pid %d) ignored SIGTERM; killing", service.name, pid)
-    # Children (code servers, run workers) may still be alive in the group.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        service.process.wait(timeout=5)
+            log.warning("%s (pid %d) ignored SIGTERM; killing", service.name, service.process.pid)
+        # Children (code servers, run workers) may still be alive in the group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(service.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            service.process.wait(timeout=5)
 
 
 def wait_http_ok(url: str, service: Service, timeout_s: float) -> None:

@@ -1,0 +1,180 @@
+"""End to end on the deployment topology: Postgres instance, dagster-daemon, dagster-webserver.
+
+A fresh database gets infra/dagster.yaml's instance; the daemon and the webserver run as
+separate processes against it, with the landing zone and every output in S3 (the
+session's loopback moto server). A synthetic capture uploaded to the landing zone must be
+registered by the landing sensor (ticking every second here, EGO_SENSOR_INTERVAL_S),
+launched through the queued run coordinator and materialized asset by asset, with its
+quality check evaluated and every stage's objects written to the bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
+
+from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
+from ego_assets.defs.quality import GX_CHECK
+from ego_assets.synth import synthesize
+from ego_assets_tests.conftest import S3Server
+from ego_assets_tests.processes import (
+    daemon_args,
+    free_port,
+    fresh_database,
+    pg_env,
+    require_postgres,
+    start,
+    stop,
+    wait_http_ok,
+    webserver_args,
+    write_dagster_home,
+)
+
+CAPTURE_KEY = "e2e-webxr-0001"
+ASSETS = ("raw_capture", "trajectory", "quality_report")
+# Bound on sensor tick + run queue + run (three steps in subprocesses) on 2 shared cores.
+DEADLINE_S = 240.0
+
+
+@dataclass
+class Deployment:
+    home: Path
+    data: str  # s3://bucket/data
+    landing: str  # s3://bucket/landing
+    url: str
+    env: dict[str, str]
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, s3_server: S3Server) -> Iterator[Deployment]:
+    """Daemon + webserver over a fresh Postgres database and a fresh bucket; stopped and
+    dropped afterwards."""
+    require_postgres()
+    bucket = s3_server.make_bucket()
+    with fresh_database("ego_e2e") as db_name:
+        home = write_dagster_home(tmp_path / "dagster_home")
+        data, landing = f"{bucket}/data", f"{bucket}/landing"
+        env = {
+            **s3_server.env,
+            **pg_env(db_name),
+            "DAGSTER_HOME": str(home),
+            "EGO_DATA_DIR": data,
+            "EGO_LANDING_DIR": landing,
+            "EGO_SENSOR_INTERVAL_S": "1",
+        }
+        port = free_port()
+        services = []
+        try:
+            services.append(start("dagster-daemon", daemon_args(), env, tmp_path))
+            web = start("dagster-webserver", webserver_args(port), env, tmp_path)
+            services.append(web)
+            url = f"http://127.0.0.1:{port}"
+            wait_http_ok(f"{url}/server_info", web, timeout_s=120)
+            yield Deployment(home, data, landing, url, env)
+        finally:
+            stop(services)
+
+
+def _upload_capture(s3: S3Server, landing: str, key: str, tmp: Path) -> None:
+    """What an uploader does: every file of the capture, the completion marker last."""
+    folder = synthesize("webxr", tmp / key, seconds=2.0, seed=7, capture_id=key)
+    s3.upload_dir(folder, f"{landing}/{key}")
+
+
+def _graphql(url: str, query: str) -> dict:
+    body = json.dumps({"query": query}).encode()
+    request = urllib.request.Request(
+        f"{url}/graphql", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["data"]
+
+
+def _wait_for_finished_run(
+    instance: dg.DagsterInstance, key: str, deadline: float
+) -> dg.DagsterRun:
+    finished = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+    while time.monotonic() < deadline:
+        runs = instance.get_runs(filters=RunsFilter(tags={"dagster/partition": key}))
+        done = [run for run in runs if run.status in finished]
+        if done:
+            return done[0]
+        time.sleep(1.0)
+    pytest.fail(f"no finished run for partition {key} within {DEADLINE_S} s")
+
+
+def test_uploaded_capture_is_registered_and_fully_materialized_by_daemon_and_sensor(
+    deployment: Deployment, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    _upload_capture(s3_server, deployment.landing, CAPTURE_KEY, tmp_path / "upload")
+
+    for name, value in deployment.env.items():
+        monkeypatch.setenv(name, value)
+    instance = dg.DagsterInstance.from_config(str(deployment.home))
+    try:
+        run = _wait_for_finished_run(instance, CAPTURE_KEY, deadline)
+        assert instance.get_dynamic_partitions(CAPTURES_PARTITIONS_NAME) == [CAPTURE_KEY]
+        assert run.status == DagsterRunStatus.SUCCESS, run.run_id
+        assert run.job_name == "capture_job"
+        assert run.tags["dagster/sensor_name"] == "landing_sensor"
+
+        for name in ASSETS:
+            event = instance.get_latest_materialization_event(dg.AssetKey(name))
+            assert event is not None and event.run_id == run.run_id, name
+            materialization = event.asset_materialization
+            assert materialization is not None and materialization.partition == CAPTURE_KEY
+        quality = instance.get_latest_materialization_event(dg.AssetKey("quality_report"))
+        assert quality is not None and quality.asset_materialization is not None
+        metadata = quality.asset_materialization.metadata
+        # A clean 2 s capture: only its short duration is flagged (warn, exports allowed).
+        assert metadata["status"].value == "warn"
+        assert metadata["worst_metric"].value == "episode/duration_s"
+        assert metadata["duration_s"].value == pytest.approx(2.0, abs=0.1)
+
+        check_key = dg.AssetCheckKey(dg.AssetKey("quality_report"), GX_CHECK)
+        records = instance.event_log_storage.get_latest_asset_check_execution_by_key([check_key])
+        record = records[check_key]
+        assert record.run_id == run.run_id
+        assert record.status.value == "SUCCEEDED"
+        evaluation = record.event.dagster_event.event_specific_data
+        assert evaluation.passed
+
+        # Every stage's objects for the capture, in the bucket.
+        data = deployment.data
+        raw = s3_server.keys(f"{data}/raw/{CAPTURE_KEY}")
+        landed = s3_server.keys(f"{deployment.landing}/{CAPTURE_KEY}")
+        assert set(landed) < set(raw) and "manifest.json" in raw
+        trajectory = s3_server.keys(f"{data}/trajectory/{CAPTURE_KEY}")
+        assert "capture.json" in trajectory
+        assert any(k.startswith("streams/") and k.endswith(".parquet") for k in trajectory)
+        quality_keys = s3_server.keys(f"{data}/quality/{CAPTURE_KEY}")
+        assert {"quality.json", "quality.parquet"} <= set(quality_keys)
+        bucket, _, prefix = data.removeprefix("s3://").partition("/")
+        body = (
+            s3_server.client()
+            .get_object(Bucket=bucket, Key=f"{prefix}/quality/{CAPTURE_KEY}/quality.json")["Body"]
+            .read()
+        )
+        report = json.loads(body)
+        # Dagster's metadata is the stored report's verdict.
+        assert report["capture_id"] == CAPTURE_KEY
+        assert metadata["status"].value == report["status"]
+        assert metadata["worst_metric"].value == report["worst_metric"]
+    finally:
+        instance.dispose()
+
+    # The webserver serves the same instance: it lists the run as a success.
+    runs = _graphql(
+        deployment.url,
+        "{ runsOrError { ... on Runs { results { runId status jobName } } } }",
+    )["runsOrError"]["results"]
+    assert {"runId": run.run_id, "status": "SUCCESS", "jobName": "capture_job"} in runs
