@@ -8,6 +8,7 @@ AWS config/credentials files are hidden from botocore for the session.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -97,6 +98,8 @@ def s3_server() -> Iterator[S3Server]:
             patch.setenv(name, value)
         for name in _CLEARED_AWS_ENV:
             patch.delenv(name, raising=False)
+        # One INFO line per request would bury a failing test's own log.
+        patch.setattr(logging.getLogger("werkzeug"), "level", logging.WARNING)
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         try:
