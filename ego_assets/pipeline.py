@@ -18,7 +18,7 @@ from ego_assets.capture import read_capture
 from ego_assets.capture.files import CaptureFiles
 from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest, copy_capture
 from ego_assets.quality.expectations import run_expectations
-from ego_assets.quality.gate import GATE_FILE, Gate, read_gate, require_gate
+from ego_assets.quality.gate import GATE_FILE, Gate, require_gate
 from ego_assets.quality.report import REPORT_VERSION, compute_report, write_report
 from ego_assets.quality.thresholds import default_thresholds
 from ego_assets.quality.timeline import timeline_png
@@ -128,15 +128,13 @@ def _gate_figures(gate: Gate) -> dict[str, float | int | str]:
 
 
 def stored_gate(storage: Storage, key: str) -> Gate | None:
-    """The stored gate of ``key``, or None before its quality step ran."""
-    folder = storage.stage_path("quality", key)
-    if not (folder / GATE_FILE).exists():
+    """The stored gate of ``key`` (one object read), or None before its quality step ran."""
+    path = storage.stage_path("quality", key) / GATE_FILE
+    if not path.exists():
         return None
-    with storage.read_dir(folder) as local:
-        return read_gate(local)
+    return Gate.from_json(path.read_text())
 
 
 def require_export_gate(storage: Storage, key: str) -> Gate:
     """The gate of ``key``; raises `ExportBlockedError` unless its ERROR checks passed."""
-    with storage.read_dir(storage.stage_path("quality", key)) as local:
-        return require_gate(local, key)
+    return require_gate(stored_gate(storage, key), key)

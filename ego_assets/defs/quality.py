@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ego_assets import pipeline
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_result, run_each
@@ -19,6 +21,7 @@ from ego_assets.defs.ingest import trajectory
 from ego_assets.defs.partitions import captures_partitions
 from ego_assets.defs.resources import StorageResource
 from ego_assets.quality.gate import Gate, describe_failures
+from ego_assets.quality.report import REPORT_JSON, REPORT_PARQUET
 from ego_assets.storage import Storage
 
 GX_CHECK = "gx_expectations"
@@ -36,16 +39,14 @@ def _quality_metadata(storage: Storage, key: str) -> dict[str, Any]:
         and isinstance(value, str | int | float | bool)
         and not (isinstance(value, float) and value != value)
     }
-    md["report"] = dg.MetadataValue.path(str(folder / "quality.json"))
+    md["report"] = dg.MetadataValue.path(str(folder / REPORT_JSON))
     md["timeline"] = dg.MetadataValue.md(f"![timeline of {key}](data:image/png;base64,{image})")
     return md
 
 
 def _report_row(storage: Storage, key: str) -> dict[str, Any]:
-    import pyarrow.parquet as pq
-
-    with storage.read_dir(storage.stage_path("quality", key)) as local:
-        table = pq.read_table(local / "quality.parquet")
+    path = storage.stage_path("quality", key) / REPORT_PARQUET
+    table = pq.read_table(pa.BufferReader(path.read_bytes()))
     return {name: table.column(name)[0].as_py() for name in table.column_names}
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ego_assets.quality.expectations import CheckOutcome, ExpectationResults
@@ -70,11 +69,6 @@ class Gate:
         )
 
 
-def read_gate(folder: Path) -> Gate:
-    """The gate stored in an episode's quality folder."""
-    return Gate.from_json((Path(folder) / GATE_FILE).read_text())
-
-
 def describe_failures(gate: Gate) -> list[dict[str, Any]]:
     """Failed outcomes as plain dicts (for metadata and messages)."""
     return [
@@ -83,12 +77,10 @@ def describe_failures(gate: Gate) -> list[dict[str, Any]]:
     ]
 
 
-def require_gate(folder: Path, capture_id: str) -> Gate:
-    """The episode's gate; raises `ExportBlockedError` unless it passed."""
-    path = Path(folder) / GATE_FILE
-    if not path.exists():
+def require_gate(gate: Gate | None, capture_id: str) -> Gate:
+    """``gate`` if it passed; raises `ExportBlockedError` if it failed or is missing."""
+    if gate is None:
         raise ExportBlockedError(f"capture {capture_id!r}: no quality gate yet; run quality_report")
-    gate = read_gate(folder)
     if not gate.passed:
         failed = "; ".join(f"{o.description}: {', '.join(o.observed)}" for o in gate.errors)
         raise ExportBlockedError(
