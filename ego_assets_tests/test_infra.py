@@ -12,6 +12,7 @@ import pytest
 import yaml
 from dagster._core.instance.config import dagster_instance_config
 
+from ego_assets.defs.episodes import BACKFILL_CHUNK
 from ego_assets.defs.pools import SINGLE_WRITER_LIMIT, SINGLE_WRITER_POOL
 from ego_assets_tests.processes import (
     INFRA,
@@ -210,3 +211,10 @@ def test_sensor_interval_comes_from_the_environment_at_definition_load(
     assert definitions.defs().resolve_sensor_def("landing_sensor").minimum_interval_seconds == 30
     with pytest.raises(ValueError, match="EGO_SENSOR_INTERVAL_S"):
         sensor_interval_s({"EGO_SENSOR_INTERVAL_S": "0.5"})
+
+
+def test_deploy_doc_backfill_figures_match_the_code_location() -> None:
+    # 10,000 captures in chunks of BACKFILL_CHUNK: the run count docs/deploy.md quotes.
+    assert BACKFILL_CHUNK == 25 and -(-10_000 // BACKFILL_CHUNK) == 400
+    deploy = (INFRA.parent / "docs" / "deploy.md").read_text()
+    assert "400 runs" in deploy and SINGLE_WRITER_POOL in deploy
