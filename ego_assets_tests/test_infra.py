@@ -111,6 +111,7 @@ def test_compose_file_wires_postgres_s3_code_server_webserver_and_daemon() -> No
     for name in dagster_services:
         service = services[name]
         assert service["image"] == services["init"]["image"], name
+        assert service["build"] == build, name
         env = _env_of(service)
         assert env["DAGSTER_PG_HOST"] == "postgres", name
         assert env["EGO_DATA_DIR"].startswith("s3://"), name
