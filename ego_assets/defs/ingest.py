@@ -6,6 +6,7 @@ import dagster as dg
 
 from ego_assets import pipeline
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
+from ego_assets.defs.k8s import RAW_CAPTURE_TAGS, TRAJECTORY_TAGS
 from ego_assets.defs.partitions import captures_partitions
 from ego_assets.defs.resources import StorageResource
 
@@ -16,6 +17,7 @@ from ego_assets.defs.resources import StorageResource
     group_name="capture",
     kinds={"python", "files"},
     code_version="raw-1",
+    op_tags=RAW_CAPTURE_TAGS,
     description="Immutable copy of a landed capture plus manifest.json (SHA-256 of every file).",
 )
 def raw_capture(
@@ -32,6 +34,7 @@ def raw_capture(
     group_name="capture",
     kinds={"python", "parquet"},
     code_version=pipeline.NORMALIZER_VERSION,
+    op_tags=TRAJECTORY_TAGS,
     description=(
         "Canonical trajectory: one Parquet file per stream, each on its own clock, "
         "plus capture.json (conventions, annotations, media timing)."

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from ego_assets import pipeline
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_result, run_each
 from ego_assets.defs.ingest import trajectory
+from ego_assets.defs.k8s import QUALITY_TAGS
 from ego_assets.defs.partitions import captures_partitions
 from ego_assets.defs.resources import StorageResource
 from ego_assets.quality.gate import Gate, describe_failures
@@ -79,6 +80,7 @@ def _check_result(gates: dict[str, Gate], ranged: bool) -> dg.AssetCheckResult:
     group_name="quality",
     kinds={"python", "parquet"},
     code_version=pipeline.quality_version(),
+    op_tags=QUALITY_TAGS,
     check_specs=[
         dg.AssetCheckSpec(
             GX_CHECK,
