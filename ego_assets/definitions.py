@@ -8,6 +8,7 @@ import dagster as dg
 
 from ego_assets.defs.aggregates import AGGREGATES
 from ego_assets.defs.automation import stale_code_sensor, with_stale_code_automation
+from ego_assets.defs.executors import executor_from_env
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
@@ -23,7 +24,9 @@ ASSETS = [raw_capture, trajectory, quality_report, *AGGREGATES]
 
 
 def build_defs(
-    storage: StorageResource, sensor_interval: int = DEFAULT_SENSOR_INTERVAL_S
+    storage: StorageResource,
+    sensor_interval: int = DEFAULT_SENSOR_INTERVAL_S,
+    executor: dg.ExecutorDefinition | None = None,
 ) -> dg.Definitions:
     """Definitions with the given storage (tests and the demo pass their own)."""
     return dg.Definitions(
@@ -32,6 +35,7 @@ def build_defs(
         schedules=[nightly_aggregates],
         sensors=[build_landing_sensor(sensor_interval), stale_code_sensor],
         resources={"storage": storage},
+        executor=executor,
     )
 
 
@@ -44,4 +48,4 @@ def defs() -> dg.Definitions:
         landing=os.environ.get("EGO_LANDING_DIR") or None,
         endpoint_url=os.environ.get("EGO_S3_ENDPOINT_URL") or None,
     )
-    return build_defs(storage, sensor_interval_s(os.environ))
+    return build_defs(storage, sensor_interval_s(os.environ), executor_from_env(os.environ))
