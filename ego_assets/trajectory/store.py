@@ -5,8 +5,11 @@ Layout of an episode folder::
     capture.json                 header (info, annotations, media, files, quirks) + stream index
     streams/<stream name>.parquet  timestamp_ns int64, time float64, flags uint8, then fields
 
-A field with a per-sample shape is stored as a fixed-size list of its flattened values
-(row-major); its shape is in the Arrow field metadata ``shape`` and in the stream index.
+A field with a per-sample shape is stored as one column per scalar component, named
+``<field>.<i>[.<j>]`` in row-major order (``position.3.1`` is joint 3, axis y); the field's
+shape and unit are in the schema metadata ``fields`` and in the stream index. Per-component
+columns keep each column smooth in time, so byte-stream-split + zstd stores them ~4x
+smaller, and write and read them faster, than interleaved fixed-size lists.
 Writes go to a temporary sibling folder that is renamed into place, so readers see the
 old episode or the new one, never half of one.
 """
@@ -33,18 +36,13 @@ from ego_assets.trajectory.streams import STREAM_KINDS, Stream
 CAPTURE_JSON = "capture.json"
 STREAMS_DIR = "streams"
 # zstd level 1 over byte-stream-split floats, no dictionaries: sensor floats rarely
-# repeat, and this writes ~3x faster than zstd defaults at a similar size on real-like data.
+# repeat; this writes ~3x faster than zstd defaults and, per component, ~4x smaller.
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionary": False}
 
 
-def _field_to_arrow(arr: np.ndarray) -> pa.Array:
-    if arr.dtype == object or arr.dtype.kind == "U":
-        return pa.array(arr.astype(object), type=pa.string())
-    if arr.ndim == 1:
-        return pa.array(arr)
-    width = int(np.prod(arr.shape[1:]))
-    flat = pa.array(np.ascontiguousarray(arr).reshape(-1))
-    return pa.FixedSizeListArray.from_arrays(flat, width)
+def component_names(name: str, shape: tuple[int, ...]) -> list[str]:
+    """Column names of a shaped field, row-major (``position.0.0``, ``position.0.1``...)."""
+    return [".".join([name, *map(str, idx)]) for idx in np.ndindex(*shape)]
 
 
 def stream_to_table(stream: Stream) -> pa.Table:
@@ -54,41 +52,58 @@ def stream_to_table(stream: Stream) -> pa.Table:
         pa.array(stream.time),
         pa.array(stream.flags),
     ]
-    fields = [
-        pa.field("timestamp_ns", pa.int64(), nullable=False),
-        pa.field("time", pa.float64(), nullable=False),
-        pa.field("flags", pa.uint8(), nullable=False),
-    ]
+    names = ["timestamp_ns", "time", "flags"]
+    field_meta: dict[str, dict[str, Any]] = {}
     for spec in stream.spec.fields:
         if spec.name not in stream.fields:
             continue
         arr = stream.fields[spec.name]
-        col = _field_to_arrow(arr)
-        meta = {"shape": json.dumps(list(arr.shape[1:])), "unit": spec.unit}
-        fields.append(pa.field(spec.name, col.type, metadata=meta))
-        columns.append(col)
-    meta = {"kind": stream.kind, "name": stream.name, "attrs": json.dumps(dict(stream.attrs))}
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=meta))
+        shape = tuple(arr.shape[1:])
+        field_meta[spec.name] = {"shape": list(shape), "unit": spec.unit, "dtype": spec.dtype}
+        if spec.dtype == "str":
+            columns.append(pa.array(arr.astype(object), type=pa.string()))
+            names.append(spec.name)
+        elif not shape:
+            columns.append(pa.array(arr))
+            names.append(spec.name)
+        else:
+            width = int(np.prod(shape))
+            by_component = np.ascontiguousarray(arr.reshape(len(arr), width).T)
+            columns.extend(pa.array(row) for row in by_component)
+            names.extend(component_names(spec.name, shape))
+    meta = {
+        "kind": stream.kind,
+        "name": stream.name,
+        "attrs": json.dumps(dict(stream.attrs)),
+        "fields": json.dumps(field_meta),
+    }
+    schema = pa.schema(
+        [pa.field(n, c.type, nullable=False) for n, c in zip(names, columns, strict=True)],
+        metadata=meta,
+    )
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def table_to_stream(table: pa.Table) -> Stream:
     """Inverse of `stream_to_table`."""
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    kind = STREAM_KINDS[meta["kind"]]
+    field_meta = json.loads(meta["fields"])
     fields: dict[str, np.ndarray] = {}
-    for spec in kind.fields:
-        if spec.name not in table.column_names:
+    n = table.num_rows
+    for spec in STREAM_KINDS[meta["kind"]].fields:
+        if spec.name not in field_meta:
             continue
-        col = table.column(spec.name).combine_chunks()
-        field_meta = table.schema.field(spec.name).metadata or {}
-        shape = tuple(json.loads(field_meta.get(b"shape", b"[]")))
+        shape = tuple(field_meta[spec.name]["shape"])
         if spec.dtype == "str":
-            fields[spec.name] = np.array(col.to_pylist(), dtype=object)
-        elif shape:
-            values = col.flatten().to_numpy(zero_copy_only=False)
-            fields[spec.name] = values.reshape((len(col), *shape)).astype(spec.dtype, copy=False)
+            fields[spec.name] = np.array(table.column(spec.name).to_pylist(), dtype=object)
+        elif not shape:
+            values = table.column(spec.name).to_numpy()
+            fields[spec.name] = values.astype(spec.dtype, copy=False)
         else:
-            fields[spec.name] = col.to_numpy(zero_copy_only=False).astype(spec.dtype, copy=False)
+            out = np.empty((n, int(np.prod(shape))), dtype=spec.dtype)
+            for i, name in enumerate(component_names(spec.name, shape)):
+                out[:, i] = table.column(name).to_numpy()
+            fields[spec.name] = out.reshape((n, *shape))
     return Stream(
         name=meta["name"],
         kind=meta["kind"],
@@ -100,15 +115,9 @@ def table_to_stream(table: pa.Table) -> Stream:
     )
 
 
-def _float_leaf_columns(schema: pa.Schema) -> list[str]:
-    """Parquet leaf paths of the float columns (for byte-stream-split encoding)."""
-    leaves = []
-    for f in schema:
-        if pa.types.is_fixed_size_list(f.type) and pa.types.is_floating(f.type.value_type):
-            leaves.append(f"{f.name}.list.element")
-        elif pa.types.is_floating(f.type):
-            leaves.append(f.name)
-    return leaves
+def _float_columns(schema: pa.Schema) -> list[str]:
+    """Names of the float columns (for byte-stream-split encoding)."""
+    return [f.name for f in schema if pa.types.is_floating(f.type)]
 
 
 def stream_file_name(name: str) -> str:
@@ -153,7 +162,7 @@ def write_trajectory_files(trajectory: Trajectory, folder: Path) -> None:
             table,
             folder / STREAMS_DIR / file_name,
             write_statistics=False,
-            use_byte_stream_split=_float_leaf_columns(table.schema),
+            use_byte_stream_split=_float_columns(table.schema),
             **PARQUET_OPTIONS,
         )
         index.append(
