@@ -10,7 +10,8 @@ limited to one CPU and one I/O thread. A naive baseline (``pandas.read_csv`` the
 Python loop over rows building per-sample lists and composing world = anchor ∘ local
 per joint in Python, then stacking) reads the same files; it runs on a shorter slice
 and is scaled linearly to the full duration. Prints a table and writes the figures as
-JSON.
+JSON: ``realtime_factor`` is reading + normalizing into the canonical model (the
+issue's figure, steady state); ``realtime_factor_with_write`` adds the Parquet write.
 """
 
 from __future__ import annotations
@@ -247,18 +248,23 @@ def run(seconds: float, naive_seconds: float, work: Path, repeats: int = 3) -> d
         "read_s": read_s,
         "write_s": write_s,
         "total_s": total_s,
-        "realtime_factor": seconds / total_s,
+        # The issue's figure: reading + normalizing into the canonical model (in memory).
+        "realtime_factor": seconds / read_s,
+        "realtime_factor_read_cold": seconds / cold[0],
+        # Including the Parquet write of the canonical trajectory (the whole asset body).
+        "realtime_factor_with_write": seconds / total_s,
         "repeats": len(runs),
         "cold_read_s": cold[0],
         "cold_write_s": cold[2],
-        "realtime_factor_cold": seconds / cold_total_s,
+        "realtime_factor_with_write_cold": seconds / cold_total_s,
         "read_cpu_s": read_cpu_s,
         "write_cpu_s": write_cpu_s,
-        "realtime_factor_cpu": seconds / (read_cpu_s + write_cpu_s),
+        "realtime_factor_cpu": seconds / read_cpu_s,
+        "realtime_factor_with_write_cpu": seconds / (read_cpu_s + write_cpu_s),
         "load_average_1min": os.getloadavg()[0],
         "read_realtime_factor": seconds / read_s,
         "target_realtime_factor": TARGET_REALTIME_FACTOR,
-        "meets_target": seconds / total_s >= TARGET_REALTIME_FACTOR,
+        "meets_target": seconds / read_s >= TARGET_REALTIME_FACTOR,
         "naive_slice_seconds": naive_seconds,
         "naive_slice_read_s": naive_s,
         "reader_slice_read_s": slice_read_s,
@@ -274,13 +280,17 @@ def _table(r: dict[str, Any]) -> str:
     slice_s = r["naive_slice_seconds"]
     rows = [
         (f"generate CSVs ({r['csv_megabytes']} MB, not timed)", r["generate_s"], None),
-        ("read_holos (vectorized reader), steady", r["read_s"], secs / r["read_s"]),
+        ("read + normalize (read_capture), steady", r["read_s"], secs / r["read_s"]),
         ("write_trajectory (parquet zstd), steady", r["write_s"], secs / r["write_s"]),
-        ("read + write (normalize), steady state", r["total_s"], r["realtime_factor"]),
+        (
+            "read + write (whole trajectory asset), steady",
+            r["total_s"],
+            r["realtime_factor_with_write"],
+        ),
         (
             "read + write, first in a fresh process (cold)",
             r["cold_read_s"] + r["cold_write_s"],
-            r["realtime_factor_cold"],
+            r["realtime_factor_with_write_cold"],
         ),
         (f"reader on the {slice_s:g} s slice", r["reader_slice_read_s"], None),
         (f"naive pandas row loop, {slice_s:g} s slice", r["naive_slice_read_s"], None),
@@ -295,11 +305,13 @@ def _table(r: dict[str, Any]) -> str:
         lines.append(f"{name:<48} {s:>9.3f} {'' if factor is None else f'{factor:>10.0f}x':>11}")
     lines.append(
         f"CPU time (process, 1 core): read {r['read_cpu_s']:.3f} s + write "
-        f"{r['write_cpu_s']:.3f} s = {r['realtime_factor_cpu']:.0f}x realtime; "
+        f"{r['write_cpu_s']:.3f} s = {r['realtime_factor_with_write_cpu']:.0f}x realtime; "
         f"load average {r['load_average_1min']:.2f} on {os.cpu_count()} cores"
     )
     lines.append(
         f"speedup vs naive (read): {r['speedup_vs_naive']:.0f}x; "
+        f"read + normalize {r['realtime_factor']:.0f}x steady, "
+        f"{r['realtime_factor_read_cold']:.0f}x cold; "
         f"target {r['target_realtime_factor']:.0f}x realtime: "
         f"{'met' if r['meets_target'] else 'NOT met'}"
     )

@@ -23,14 +23,16 @@ included: the runs execute in this process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
 import time
+import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +72,53 @@ def _direct(root: Path, keys: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def _dagster(root: Path, home: Path, keys: list[str], chunk: int | None) -> tuple[float, int]:
+POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+
+
+@contextlib.contextmanager
+def _instance_home(home: Path, backend: str) -> Iterator[Path]:
+    """A DAGSTER_HOME for ``backend``: SQLite files, or a fresh PostgreSQL database."""
+    home.mkdir(parents=True, exist_ok=True)
+    if backend == "sqlite":
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        yield home
+        return
+    import psycopg2
+
+    name = f"ego_bench_{uuid.uuid4().hex[:10]}"
+
+    def admin(sql: str) -> None:
+        conn = psycopg2.connect(dbname="postgres", **POSTGRES)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(sql)
+        conn.close()
+
+    admin(f'CREATE DATABASE "{name}"')
+    db = {"hostname": POSTGRES["host"], "port": POSTGRES["port"], "username": "postgres"}
+    config = {
+        "storage": {
+            "postgres": {
+                "postgres_db": {
+                    **db,
+                    "password": "",
+                    "db_name": name,
+                    "scheme": "postgresql+psycopg2",
+                }
+            }
+        },
+        "telemetry": {"enabled": False},
+    }
+    (home / "dagster.yaml").write_text(json.dumps(config))
+    try:
+        yield home
+    finally:
+        admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _dagster(
+    root: Path, home: Path, keys: list[str], chunk: int | None, backend: str = "sqlite"
+) -> tuple[float, int]:
     """Wall time of the runs (chunks of ``chunk`` keys, or one run per key) and run count."""
     import dagster as dg
 
@@ -78,9 +126,10 @@ def _dagster(root: Path, home: Path, keys: list[str], chunk: int | None) -> tupl
     from ego_assets.defs.resources import StorageResource
 
     job = build_defs(StorageResource(root=str(root))).resolve_job_def("capture_job")
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with (
+        _instance_home(home, backend) as home,
+        dg.DagsterInstance.from_config(str(home)) as instance,
+    ):
         instance.add_dynamic_partitions("captures", keys)
         runs: list[Callable[[], Any]] = []
         if chunk is None:
@@ -101,7 +150,9 @@ def _dagster(root: Path, home: Path, keys: list[str], chunk: int | None) -> tupl
         return time.perf_counter() - start, len(runs)
 
 
-def run(episodes: int, seconds: float, single: int, chunk: int) -> dict[str, Any]:
+def run(
+    episodes: int, seconds: float, single: int, chunk: int, backend: str = "sqlite"
+) -> dict[str, Any]:
     from ego_assets.quality.expectations import warm_up
 
     keys = [f"ep-{i:04d}" for i in range(episodes)]
@@ -114,12 +165,16 @@ def run(episodes: int, seconds: float, single: int, chunk: int) -> dict[str, Any
         # warm both paths once (imports, first Parquet/PNG writes, Dagster instance code)
         _direct(_landing(templates, keys[:2], tmp / "warm-direct"), keys[:2])
         _dagster(
-            _landing(templates, keys[:2], tmp / "warm-dagster"), tmp / "home-warm", keys[:2], 2
+            _landing(templates, keys[:2], tmp / "warm-dagster"),
+            tmp / "home-warm",
+            keys[:2],
+            2,
+            backend,
         )
 
         direct_s = _direct(_landing(templates, keys, tmp / "direct"), keys)
         chunked_s, chunked_runs = _dagster(
-            _landing(templates, keys, tmp / "chunked"), tmp / "home-chunked", keys, chunk
+            _landing(templates, keys, tmp / "chunked"), tmp / "home-chunked", keys, chunk, backend
         )
         direct_again_s = _direct(_landing(templates, keys, tmp / "direct-2"), keys)
         direct_best = min(direct_s, direct_again_s)
@@ -127,10 +182,11 @@ def run(episodes: int, seconds: float, single: int, chunk: int) -> dict[str, Any
         few = keys[:single]
         direct_few_s = _direct(_landing(templates, few, tmp / "direct-few"), few)
         single_s, single_runs = _dagster(
-            _landing(templates, few, tmp / "single"), tmp / "home-single", few, None
+            _landing(templates, few, tmp / "single"), tmp / "home-single", few, None, backend
         )
     return {
         "episodes": episodes,
+        "instance": backend,
         "episode_seconds": seconds,
         "chunk": chunk,
         "chunked_runs": chunked_runs,
@@ -185,13 +241,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="capture length, s")
     parser.add_argument("--single-run-episodes", type=int, default=10)
     parser.add_argument("--chunk", type=int, default=BACKFILL_CHUNK, help="keys per ranged run")
+    parser.add_argument(
+        "--instance",
+        choices=["sqlite", "postgres"],
+        default="sqlite",
+        help="instance storage: local SQLite, or a fresh database on 127.0.0.1:5432",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name in ("great_expectations", "dagster"):
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
-    result = run(args.episodes, args.seconds, args.single_run_episodes, args.chunk)
+    result = run(args.episodes, args.seconds, args.single_run_episodes, args.chunk, args.instance)
     log.info("%s", _table(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
