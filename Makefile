@@ -48,6 +48,7 @@ dev: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench normalize --json bench/results/normalize.json
 	$(BIN)/python -m bench quality --json bench/results/quality.json
+	$(BIN)/python -m bench orchestration --json bench/results/orchestration.json
 
 clean:
 	rm -rf data .dagster_home
