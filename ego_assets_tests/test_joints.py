@@ -1,12 +1,12 @@
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ego_assets.fixtures import real_fixture
 from ego_assets.trajectory import joints
 
-HANDY = Path(__file__).resolve().parents[2] / "shared/fixtures/real/handy_js"
+HANDY = real_fixture("handy_js")
 
 
 def _quest_poses(side: str) -> np.ndarray:

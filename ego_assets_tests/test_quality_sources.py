@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from ego_assets.capture import read_capture
+from ego_assets.fixtures import real_fixture
 from ego_assets.quality.report import QualityReport, compute_report
 from ego_assets.synth import KINDS, synthesize
 
-ARIA_SAMPLE = Path(__file__).resolve().parents[2] / "shared/fixtures/real/aria_mps_hand_tracking"
+ARIA_SAMPLE = real_fixture("aria_mps_hand_tracking")
 SECONDS = 6.0
 SEED = 11
 

@@ -11,9 +11,10 @@ import pytest
 
 from ego_assets.capture import read_capture
 from ego_assets.errors import CaptureFormatError
+from ego_assets.fixtures import real_fixture
 from ego_assets.trajectory.store import read_trajectory, write_trajectory
 
-FIXTURES = Path("/work/shared/fixtures/real/aria_mps_hand_tracking")
+FIXTURES = real_fixture("aria_mps_hand_tracking")
 MPS_FILES = (
     "hand_tracking_results_v1.csv",
     "hand_tracking_results_v2.csv",

@@ -14,8 +14,9 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 from ego_assets.capture import read_capture
+from ego_assets.fixtures import real_fixture
 from ego_assets.synth import FAULTS, KINDS, synthesize
-from ego_assets.synth.motion import POSE_LIBRARY_DIR, make_scene
+from ego_assets.synth.motion import POSE_LIBRARY, make_scene
 from ego_assets.synth.video import WRIST_RGB, decode_frames
 from ego_assets.trajectory.joints import ARKIT27, VISION21, bones
 
@@ -115,7 +116,7 @@ def _slots(root: Path) -> list[dict]:  # type: ignore[type-arg]
 
 
 def _library_bone_lengths(side: str) -> np.ndarray:
-    records = json.loads((POSE_LIBRARY_DIR / f"handy_poses_{side}.json").read_text())
+    records = json.loads((real_fixture(POSE_LIBRARY) / f"handy_poses_{side}.json").read_text())
     pos = np.asarray([r["jointPositions"] for r in records], dtype=float) / 1000.0
     pairs = np.asarray(bones("webxr25"))
     return np.median(np.linalg.norm(pos[:, pairs[:, 1]] - pos[:, pairs[:, 0]], axis=-1), axis=0)

@@ -27,6 +27,7 @@ from ego_assets.definitions import build_defs
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.sensors import landing_sensor
+from ego_assets.fixtures import real_fixture
 from ego_assets.pipeline import stored_gate
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
@@ -51,7 +52,7 @@ QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 def aria_fixture_dir() -> Path:
     """The real Aria MPS sample shipped in the shared fixtures."""
-    return Path(__file__).resolve().parents[3] / "shared/fixtures/real/aria_mps_hand_tracking"
+    return real_fixture("aria_mps_hand_tracking")
 
 
 def seed_landing(landing: Path, seconds: float) -> list[str]:

@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from ego_assets.fixtures import real_fixture
 from ego_assets.trajectory.joints import PARENTS
 
-POSE_LIBRARY_DIR = Path(__file__).resolve().parents[2].parent / "shared/fixtures/real/handy_js"
+POSE_LIBRARY = "handy_js"
 SIDES = ("left", "right")
 _PARENTS = np.asarray(PARENTS["webxr25"])
 _CHILD_OF = {p: c for c, p in enumerate(PARENTS["webxr25"]) if p > 0}  # one child per joint
@@ -48,7 +49,7 @@ def load_pose_library(side: str, directory: Path | None = None) -> np.ndarray:
     Returns:
         (P, 25, 3) float64 joint positions, metres, wrist-local (WebXR joint order).
     """
-    path = (directory or POSE_LIBRARY_DIR) / f"handy_poses_{side}.json"
+    path = (directory or real_fixture(POSE_LIBRARY)) / f"handy_poses_{side}.json"
     records = json.loads(path.read_text(encoding="utf-8"))
     return np.asarray([r["jointPositions"] for r in records], dtype=np.float64) / 1000.0
 
