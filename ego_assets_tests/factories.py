@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import av
 import numpy as np
 
 from ego_assets.trajectory.model import (
@@ -154,3 +157,17 @@ def full_trajectory() -> Trajectory:
         extra_files=("notes/extra.txt",),
         quirks=(Quirk("x.csv", "odd", rows=2, field="f"),),
     )
+
+
+def write_h264(path: Path, frames: int, rate_hz: int = 30) -> None:
+    """A tiny 32x24 H.264 clip whose frame i is a flat grey of level 50 * i."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=rate_hz)
+        stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
+        for i in range(frames):
+            image = np.full((24, 32, 3), i * 50, dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)

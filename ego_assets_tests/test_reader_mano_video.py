@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 import pytest
 
 from ego_assets.capture import read_capture
 from ego_assets.errors import CaptureFormatError
+from ego_assets_tests.factories import write_h264
 
 T = 4
 T0_NS = 1793000000000000000
@@ -48,18 +48,6 @@ def camera_arrays(t: int = T) -> dict[str, np.ndarray]:
     return {"world_to_camera": w2c, "intrinsics": np.tile([100.0, 101.0, 16.0, 12.0], (t, 1))}
 
 
-def write_video(path: Path, frames: int = T) -> None:
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=30)
-        stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
-        for i in range(frames):
-            image = np.full((24, 32, 3), i * 50, dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-
-
 def write_clip(
     root: Path,
     *,
@@ -91,7 +79,7 @@ def write_clip(
     if doc["depth"] is not None:
         d = np.arange(T * 12 * 16, dtype=np.float32).reshape(T, 12, 16) / 1000
         np.savez_compressed(root / "depth.npz", depth=d if depth is None else depth)
-    write_video(root / "video.mp4")
+    write_h264(root / "video.mp4", frames=T)
     marker = {"format": "ego-capture-marker", "version": 1, "kind": "mano_video"}
     (root / "ego_capture.json").write_text(json.dumps(marker))
     return root

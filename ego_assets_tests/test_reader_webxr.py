@@ -9,13 +9,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 import pytest
 
 from ego_assets.capture import read_capture
 from ego_assets.errors import CaptureFormatError
 from ego_assets.trajectory.model import Characteristic, StudyInfo
+from ego_assets_tests.factories import write_h264
 
 ORIGIN_MS = 1793000000000.0
 RATE_HZ = 30
@@ -64,19 +64,6 @@ def default_slots() -> list[dict[str, Any]]:
     return slots
 
 
-def write_video(path: Path, frames: int = 4) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=RATE_HZ)
-        stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
-        for i in range(frames):
-            image = np.full((24, 32, 3), i * 50, dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-
-
 def write_journal(
     root: Path,
     *,
@@ -118,7 +105,7 @@ def write_journal(
          "outcome": "success", "start_slot": 4, "end_slot": 6},
     ]  # fmt: skip
     (root / "segments.json").write_text(json.dumps({"segments": segments}))
-    write_video(root / "camera" / "outward.mp4")
+    write_h264(root / "camera" / "outward.mp4", frames=4, rate_hz=RATE_HZ)
     frames = "frame_index,t_ms,slot\n" + "".join(
         f"{i},{t_ms(s) + 1.0},{s}\n" for i, s in enumerate((0, 1, 3, 4))
     )
