@@ -24,6 +24,7 @@ from ego_assets.capture.files import (
     read_marker,
 )
 from ego_assets.trajectory.records import from_jsonable, to_jsonable
+from ego_assets.trajectory.store import write_file_atomic
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
@@ -97,11 +98,8 @@ def write_marker(folder: Path, kind: str) -> Path:
         if p.is_file() and p.name != MARKER_FILE
     ]
     marker = {"format": MARKER_FORMAT, "version": MARKER_VERSION, "kind": kind, "files": entries}
-    path = folder / MARKER_FILE
-    tmp = path.with_name(f".{MARKER_FILE}.tmp")
-    tmp.write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
-    return path
+    text = json.dumps(marker, indent=1, sort_keys=True) + "\n"
+    return write_file_atomic(folder / MARKER_FILE, text.encode("utf-8"))
 
 
 def _copy_hashing(src: Path, dest: Path) -> tuple[int, str]:

@@ -12,8 +12,6 @@ import io
 import itertools
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from ego_assets.quality.streams import StreamQuality, nominal_rate, stream_quali
 from ego_assets.quality.thresholds import Thresholds, default_thresholds
 from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.records import to_jsonable
+from ego_assets.trajectory.store import write_file_atomic
 from ego_assets.trajectory.streams import Stream
 
 REPORT_VERSION = "quality-report-1"
@@ -438,17 +437,6 @@ def compute_report(trajectory: Trajectory, thresholds: Thresholds | None = None)
     )
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(report: QualityReport, folder: Path) -> tuple[Path, Path]:
     """Write ``quality.json`` and ``quality.parquet`` into ``folder`` (each temp + rename).
 
@@ -458,6 +446,6 @@ def write_report(report: QualityReport, folder: Path) -> tuple[Path, Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     json_path, parquet_path = folder / REPORT_JSON, folder / REPORT_PARQUET
-    _write_atomic(json_path, report.to_json().encode("utf-8"))
-    _write_atomic(parquet_path, report.to_parquet_bytes())
+    write_file_atomic(json_path, report.to_json().encode("utf-8"))
+    write_file_atomic(parquet_path, report.to_parquet_bytes())
     return json_path, parquet_path

@@ -127,6 +127,23 @@ def stream_file_name(name: str) -> str:
     return f"{name}.parquet"
 
 
+def write_file_atomic(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary sibling renamed into place.
+
+    Readers see the old file or the new one; on error the temporary file is removed.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
 @contextmanager
 def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield a temporary folder next to ``target`` that replaces it on success.
