@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 THRESHOLDS_FILE = "thresholds.toml"
@@ -118,14 +117,6 @@ class Thresholds:
             )
         except KeyError as exc:
             raise ValueError(f"thresholds: missing key {exc.args[0]!r}") from exc
-
-
-def load_thresholds(path: Path | None = None) -> Thresholds:
-    """Read thresholds from ``path``, or the packaged ``thresholds.toml`` when None."""
-    if path is None:
-        return default_thresholds()
-    with open(path, "rb") as fh:
-        return Thresholds.from_dict(tomllib.load(fh))
 
 
 @cache

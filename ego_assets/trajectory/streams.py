@@ -204,10 +204,6 @@ STREAM_KINDS: Mapping[str, StreamKind] = MappingProxyType(
 )
 
 
-def _shape_of(spec: FieldSpec, dims: Mapping[str, int]) -> tuple[int, ...]:
-    return tuple(d if isinstance(d, int) else dims[d] for d in spec.shape)
-
-
 @dataclass(frozen=True, slots=True)
 class Stream:
     """One stream of samples on its own clock.
