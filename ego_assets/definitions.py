@@ -8,6 +8,7 @@ import dagster as dg
 
 from ego_assets.defs.aggregates import AGGREGATES
 from ego_assets.defs.automation import stale_code_sensor, with_stale_code_automation
+from ego_assets.defs.episodes import apply_run_worker_env
 from ego_assets.defs.executors import executor_from_env
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
@@ -21,6 +22,9 @@ from ego_assets.defs.sensors import (
 )
 
 ASSETS = [raw_capture, trajectory, quality_report, *AGGREGATES]
+
+# read by Dagster in whichever process executes a run (see RUN_WORKER_ENV)
+apply_run_worker_env(os.environ)
 
 
 def build_defs(

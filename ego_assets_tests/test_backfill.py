@@ -3,12 +3,13 @@
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import dagster as dg
 import pytest
 
 from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest, write_marker
-from ego_assets.defs.episodes import BACKFILL_CHUNK, DATA_VERSION_TAG
+from ego_assets.defs.episodes import BACKFILL_CHUNK, DATA_VERSION_TAG, add_partition_metadata
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
@@ -85,12 +86,16 @@ def test_chunk_with_a_malformed_capture_keeps_the_others_and_names_the_bad_one(c
             sha = RawManifest.from_json((root / "raw" / key / MANIFEST_FILE).read_text())
             assert lineage["data_version"] == f"{NORMALIZER_VERSION}:{sha.content_sha256}"
         assert not (root / "trajectory" / BAD).exists()
-        # raw_capture succeeded for the whole chunk, each partition with its own version
-        versions = {k: _latest(instance, "raw_capture", k).tags[DATA_VERSION_TAG] for k in KEYS}
+        # raw_capture succeeded for the whole chunk, each partition with its own metadata:
+        # the content hash as data_version; Dagster's tag is one logical version per range
+        latest = {k: _latest(instance, "raw_capture", k) for k in KEYS}
+        versions = {k: event.metadata["data_version"].value for k, event in latest.items()}
         for key in KEYS:
             manifest = RawManifest.from_json((root / "raw" / key / MANIFEST_FILE).read_text())
             assert versions[key] == manifest.content_sha256
+            assert latest[key].metadata["files"].value == len(manifest.files)
         assert len(set(versions.values())) == len(KEYS)
+        assert len({event.tags[DATA_VERSION_TAG] for event in latest.values()}) == 1
         mtimes = {k: (root / "trajectory" / k / LINEAGE_FILE).stat().st_mtime_ns for k in good}
 
         # the uploader fixes c03 (and the bad raw copy is discarded); rerunning the same
@@ -104,11 +109,24 @@ def test_chunk_with_a_malformed_capture_keeps_the_others_and_names_the_bad_one(c
             event = _latest(instance, "trajectory", key)
             assert event.metadata["reused"].value is True
             assert _latest(instance, "raw_capture", key).metadata["reused"].value is True
-            assert event.tags[DATA_VERSION_TAG] == f"{NORMALIZER_VERSION}:{versions[key]}"
+            assert event.metadata["data_version"].value == f"{NORMALIZER_VERSION}:{versions[key]}"
             assert (root / "trajectory" / key / LINEAGE_FILE).stat().st_mtime_ns == mtimes[key]
         assert _latest(instance, "trajectory", BAD).metadata["reused"].value is False
         for key in KEYS:
             quality = _latest(instance, "quality_report", key)
-            raw_version = _latest(instance, "raw_capture", key).tags[DATA_VERSION_TAG]
-            assert quality.tags[DATA_VERSION_TAG].endswith(f"{NORMALIZER_VERSION}:{raw_version}")
+            raw_version = _latest(instance, "raw_capture", key).metadata["data_version"].value
+            assert quality.metadata["data_version"].value.endswith(
+                f"{NORMALIZER_VERSION}:{raw_version}"
+            )
             assert (root / "quality" / key / "quality.parquet").exists()
+
+
+def test_partition_metadata_falls_back_to_the_public_call_when_dagster_moves_its_internals():
+    calls = []
+    context = SimpleNamespace(
+        op_execution_context=SimpleNamespace(),
+        asset_key=dg.AssetKey("trajectory"),
+        add_asset_metadata=lambda md, partition_key: calls.append((partition_key, md)),
+    )
+    add_partition_metadata(context, "c02", {"frames": 12})
+    assert calls == [("c02", {"frames": 12})]
