@@ -1,4 +1,5 @@
-"""Shared fixtures: a loopback S3 API server (moto's server mode) for the whole test session.
+"""Shared fixtures: a loopback S3 API server (moto's server mode) for the whole test session,
+and the code location's run-worker event switches (`RUN_WORKER_ENV`) for every test.
 
 Nothing here talks to real AWS: the server binds to 127.0.0.1 on a free port, the
 credentials are dummies set for the session only (restored afterwards), and any shared
@@ -16,6 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from ego_assets.defs.episodes import apply_run_worker_env
+
+# Every test process runs Dagster with the code location's event switches, whichever
+# test happens to import `ego_assets.definitions` first.
+apply_run_worker_env(os.environ)
 
 DUMMY_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",

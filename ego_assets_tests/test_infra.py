@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import pytest
 import yaml
 from dagster._core.instance.config import dagster_instance_config
 
-from ego_assets.defs.episodes import BACKFILL_CHUNK
+from ego_assets.defs.episodes import BACKFILL_CHUNK, RUN_WORKER_ENV
 from ego_assets.defs.pools import SINGLE_WRITER_LIMIT, SINGLE_WRITER_POOL
 from ego_assets_tests.processes import (
     INFRA,
@@ -214,8 +217,28 @@ def test_sensor_interval_comes_from_the_environment_at_definition_load(
         sensor_interval_s({"EGO_SENSOR_INTERVAL_S": "0.5"})
 
 
+def test_loading_the_code_location_sets_the_run_worker_event_switches() -> None:
+    # a run worker (or celery worker) imports the code location in a fresh process; an
+    # operator's own setting wins
+    env = {k: v for k, v in os.environ.items() if k not in RUN_WORKER_ENV}
+    env["DAGSTER_EVENT_BATCH_SIZE"] = "7"
+    probe = (
+        "import json, os, ego_assets.definitions; "
+        "print(json.dumps({k: os.environ.get(k) for k in "
+        "('DAGSTER_EVENT_BATCH_SIZE', 'DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS')}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "DAGSTER_EVENT_BATCH_SIZE": "7",
+        "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS": "1",
+    }
+    assert RUN_WORKER_ENV["DAGSTER_EVENT_BATCH_SIZE"] == str(BACKFILL_CHUNK)
+
+
 def test_deploy_doc_backfill_figures_match_the_code_location() -> None:
     # 10,000 captures in chunks of BACKFILL_CHUNK: the run count docs/deploy.md quotes.
-    assert BACKFILL_CHUNK == 25 and -(-10_000 // BACKFILL_CHUNK) == 400
+    assert BACKFILL_CHUNK == 50 and -(-10_000 // BACKFILL_CHUNK) == 200
     deploy = (INFRA.parent / "docs" / "deploy.md").read_text()
-    assert "400 runs" in deploy and SINGLE_WRITER_POOL in deploy
+    assert "200 runs" in deploy and "multi_run(50)" in deploy and SINGLE_WRITER_POOL in deploy
