@@ -155,6 +155,25 @@ def _compose_cli() -> list[str] | None:
     return [standalone] if standalone else None
 
 
+def test_compose_file_validates_against_the_compose_specification() -> None:
+    # compose-pydantic's models are generated from the compose-spec JSON schema and forbid
+    # unknown keys; `x-` extension blocks (our YAML anchors) are outside the models.
+    from compose_pydantic import ComposeSpecification
+    from pydantic import ValidationError
+
+    compose = {k: v for k, v in _load("docker-compose.yaml").items() if not k.startswith("x-")}
+    spec = ComposeSpecification.model_validate(compose)
+    assert spec.services is not None and set(spec.services) == set(compose["services"])
+    assert spec.services["daemon"].environment is not None
+    misspelled = {**compose, "services": {**compose["services"]}}
+    misspelled["services"]["daemon"] = {
+        "enviroment" if k == "environment" else k: v
+        for k, v in compose["services"]["daemon"].items()
+    }
+    with pytest.raises(ValidationError, match="enviroment"):
+        ComposeSpecification.model_validate(misspelled)
+
+
 def test_compose_file_passes_docker_compose_config() -> None:
     cli = _compose_cli()
     if cli is None:
