@@ -16,7 +16,7 @@ capture, so the chunk is retried and the good captures are reused, not recompute
   has no partition field), so in ranged runs that tag is Dagster's logical version (code
   version + inputs) and the capture's content hash is the ``data_version`` metadata entry.
   Recording exact per-capture tags would take one more event per capture and asset, which
-  roughly tripled the per-episode cost of a backfill on Postgres (``python -m bench
+  roughly tripled Dagster's per-capture cost in a backfill on Postgres (``python -m bench
   orchestration``). What is recomputed is decided by the pipeline's lineage files (content
   hashes), never by Dagster's tag, so a re-run over unchanged captures reuses every one.
 """
@@ -33,9 +33,9 @@ from ego_assets.pipeline import StepResult
 # versions); in a deployment also a worker process or pod that imports the code location
 # (3-12 s). Per capture what remains is one materialization per asset (batched on
 # Postgres, see RUN_WORKER_ENV). `python -m bench orchestration` (100 x 30 s captures,
-# Postgres, best of 3): overhead 0.145 of the library loop at 25 per run, within the
-# machine's noise (-0.01 to +0.03) at 50. At 50, a 10-minute capture per ~20 s of work
-# makes a run of ~15-20 min, inside the 5-30 min that keeps retries and queues sane;
+# Postgres, best of 3): overhead 0.145 of the library loop at 25 per run, 0.063 at 50
+# (+21 ms per capture). A run of 50 ten-minute captures takes ~4 min today (~5 s of
+# ingest, normalize and quality each), more once exports land: short enough to retry;
 # captures already finished in a failed chunk are reused on retry.
 BACKFILL_CHUNK = 50
 backfill_policy = dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_CHUNK)
@@ -65,7 +65,7 @@ def apply_run_worker_env(environ: MutableMapping[str, str]) -> None:
 
 DATA_VERSION_TAG = "dagster/data_version"
 
-AssetEvent = dg.MaterializeResult | dg.AssetMaterialization
+AssetEvent = dg.MaterializeResult
 
 
 def step_metadata(result: StepResult) -> dict[str, Any]:
@@ -128,8 +128,8 @@ def add_partition_metadata(
     """``context.add_asset_metadata(metadata, partition_key=...)`` without its per-call check.
 
     The public call re-reads every key of the dynamic partitions definition from the
-    instance to check that ``partition_key`` is in the run (one query per call, 15-26 ms
-    measured, growing with the number of captures); the keys here come from
+    instance to check that ``partition_key`` is in the run (a query per call, several ms
+    here and growing with the number of captures); the keys here come from
     ``context.partition_keys`` so the check is redundant. Uses the step context's metadata
     accumulator, which the public call updates the same way; if a Dagster upgrade moves it,
     the public call is used.
