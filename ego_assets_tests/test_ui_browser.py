@@ -118,6 +118,31 @@ def _dismiss_community_dialog(driver) -> None:
         button.click()
 
 
+def _overlay_open(driver) -> bool:
+    from selenium.webdriver.common.by import By
+
+    _dismiss_community_dialog(driver)
+    return bool(driver.find_elements(By.CSS_SELECTOR, ".bp5-overlay-backdrop"))
+
+
+def _click(driver, element) -> None:
+    """Click ``element``; the newsletter dialog can open late and cover it, so on an
+    intercepted click wait until no dialog backdrop is left and click again."""
+    from selenium.common.exceptions import ElementClickInterceptedException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    for attempt in range(3):
+        try:
+            element.click()
+            return
+        except ElementClickInterceptedException:
+            if attempt == 2:
+                raise
+            WebDriverWait(driver, WAIT_S, poll_frequency=0.25).until(
+                lambda d: not _overlay_open(d), message="a dialog kept covering the page"
+            )
+
+
 def _expand_asset_groups(driver) -> None:
     """The global graph starts with groups collapsed: open them one by one."""
     from selenium.webdriver.common.by import By
@@ -129,7 +154,7 @@ def _expand_asset_groups(driver) -> None:
         if not buttons:
             return
         before = len(buttons)
-        buttons[0].click()
+        _click(driver, buttons[0])
         WebDriverWait(driver, WAIT_S).until(
             lambda d, n=before: len(d.find_elements(By.CSS_SELECTOR, collapsed)) < n
         )
@@ -146,7 +171,7 @@ def _hide_navigation(driver) -> None:
     for by, selector in toggles:
         found = driver.find_elements(by, selector)
         if found:
-            found[0].click()
+            _click(driver, found[0])
 
 
 def test_asset_graph_and_partition_quality_page_show_assets_and_figures(
