@@ -44,11 +44,11 @@ class Gate:
 
     @property
     def errors(self) -> tuple[CheckOutcome, ...]:
-        return tuple(o for o in self.outcomes if o.severity == "ERROR" and not o.success)
+        return ExpectationResults(self.outcomes).errors
 
     @property
     def warnings(self) -> tuple[CheckOutcome, ...]:
-        return tuple(o for o in self.outcomes if o.severity == "WARN" and not o.success)
+        return ExpectationResults(self.outcomes).warnings
 
     def to_json(self) -> str:
         return json.dumps(to_jsonable(self), indent=1, sort_keys=True) + "\n"
