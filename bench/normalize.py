@@ -30,12 +30,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from bench import report
 from ego_assets.capture import read_capture
 from ego_assets.capture.holos import HAND_COLUMNS, POSE_COLUMNS
 from ego_assets.trajectory.joints import ARKIT27
 from ego_assets.trajectory.store import write_trajectory
-
-log = logging.getLogger(__name__)
 
 HAND_RATE_HZ = 90.0
 HEAD_RATE_HZ = 60.0
@@ -333,7 +332,5 @@ def main(argv: list[str]) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="bench-normalize-") as tmp:
             result = run(args.seconds, args.naive_seconds, Path(tmp), args.repeats)
-    log.info("%s", _table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    report(_table(result), result, args.json)
     return 0

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+from bench import name_value_table, report
 
 KINDS = ("holos-iphone", "holos-visionpro", "webxr")
 RANGE_START = "dagster/asset_partition_range_start"
@@ -262,8 +262,7 @@ def _table(r: dict[str, Any]) -> str:
             f"{r['overhead_ratio_one_run_per_partition']:.3f}",
         ),
     ]
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    return name_value_table(rows)
 
 
 def main(argv: list[str]) -> int:
@@ -306,7 +305,5 @@ def main(argv: list[str]) -> int:
         args.instance,
         args.repeat,
     )
-    log.info("%s", _table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    report(_table(result), result, args.json)
     return 0

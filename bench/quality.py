@@ -12,7 +12,6 @@ table and writes ``{"gx_ms_per_episode": ..., "report_ms_per_episode": ...}`` (m
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import time
@@ -21,13 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from bench import name_value_table, report
 from ego_assets.quality.expectations import run_expectations, warm_up
 from ego_assets.quality.report import compute_report
 from ego_assets.trajectory.joints import ARKIT27
 from ego_assets.trajectory.model import CaptureInfo, MediaRef, Trajectory
 from ego_assets.trajectory.streams import Stream, make_stream
-
-log = logging.getLogger(__name__)
 
 HAND_RATE_HZ = 90.0
 HEAD_RATE_HZ = 60.0
@@ -120,8 +118,7 @@ def _table(result: dict[str, Any]) -> str:
         ("GX checks per episode (median)", f"{result['gx_ms_per_episode']:.1f} ms"),
         ("GX budget", f"{result['gx_budget_ms']:.0f} ms"),
     ]
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    return name_value_table(rows)
 
 
 def main(argv: list[str]) -> int:
@@ -133,7 +130,5 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     result = run(args.seconds, args.repeats)
-    log.info("%s", _table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    report(_table(result), result, args.json)
     return 0
