@@ -161,7 +161,7 @@ def run(
     seconds: float,
     single: int,
     chunk: int,
-    backend: str = "sqlite",
+    backend: str = "postgres",
     repeat: int = 3,
 ) -> dict[str, Any]:
     from ego_assets.defs.episodes import RUN_WORKER_ENV
