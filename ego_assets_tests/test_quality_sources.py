@@ -70,7 +70,6 @@ def test_fault_figures_match_what_the_generator_injected(tmp_path: Path) -> None
     assert (left.valid_samples, left.tracking_loss_ratio) == (0, 1.0)
 
 
-@pytest.mark.skipif(not ARIA_SAMPLE.is_dir(), reason="shared Aria MPS sample not present")
 def test_real_aria_sample_reports_its_53_s_gap_and_untracked_hand_rows(tmp_path: Path) -> None:
     folder = tmp_path / "aria"
     shutil.copytree(ARIA_SAMPLE, folder)

@@ -27,7 +27,7 @@ MARKER = {"format": "ego-capture-marker", "version": 1, "kind": "aria_mps"}
 
 
 def copy_mps(root: Path, names: tuple[str, ...] = MPS_FILES) -> Path:
-    """Copy fixtures into ``root`` (the shared folder is read-only) and write the marker."""
+    """Copy fixtures into ``root`` (the packaged recordings stay untouched) and write the marker."""
     root.mkdir(parents=True)
     for name in names:
         shutil.copyfile(FIXTURES / name, root / name)

@@ -52,7 +52,7 @@ QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}
 
 
 def aria_fixture_dir() -> Path:
-    """The real Aria MPS sample shipped in the shared fixtures."""
+    """The real Aria MPS sample shipped in the package (ego_assets/recordings)."""
     return real_fixture("aria_mps_hand_tracking")
 
 
