@@ -60,7 +60,7 @@ def synthesize(
             ignored with a logged note.
         capture_id: id written into the metadata (default ``synth-<kind>-<seed>``).
         depth: mano-video only: also write ``depth.npz``.
-        library_dir: folder of the handy.js pose library (default: the recordings shipped in the package).
+        library_dir: folder of the handy.js pose library (default: the packaged recordings).
 
     Returns:
         ``out``.
