@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ego_assets.capture.files import MARKER_FILE, CaptureFiles, column_block
+from ego_assets.capture.ranges import DEVICE_US, check_times
 from ego_assets.trajectory.joints import ARIA21
 from ego_assets.trajectory.model import CaptureInfo, FileRef, Quirk, Trajectory
 from ego_assets.trajectory.streams import AttrValue, Stream, make_stream
@@ -95,8 +96,7 @@ QUIRK_DESCRIPTION = (
 
 def _pick_header(files: CaptureFiles, rel: str, pattern: str) -> list[str]:
     """The MPS header variant whose column count is closest to the file's header."""
-    with files.path(rel).open("rb") as fh:
-        n = fh.readline().count(b",") + 1
+    n = files.read_line(rel).count(",") + 1
     return min(VARIANTS[pattern], key=lambda cols: abs(len(cols) - n))
 
 
@@ -192,6 +192,7 @@ def read_aria_mps(files: CaptureFiles, marker: dict) -> Trajectory:
     for rel, pattern in mps:
         header = _pick_header(files, rel, pattern)
         table = files.read_csv(rel, header, {TIMESTAMP: pa.int64()})
+        check_times(files, rel, TIMESTAMP, table.column(TIMESTAMP).to_numpy(), DEVICE_US)
         tables.append((rel, header, table))
     start_ns = min(int(pc.min(t.column(TIMESTAMP)).as_py()) for _, _, t in tables) * 1000
     streams: list[Stream] = []

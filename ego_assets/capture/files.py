@@ -1,14 +1,19 @@
 """Safe access to the files of one raw capture folder, with errors that say where.
 
 Every reader goes through `CaptureFiles`: it resolves untrusted relative names inside
-the capture folder (no absolute paths, no ``..``, no symlink leaving the folder), and
-reads CSV (pyarrow), JSON and JSON Lines, turning every parse failure into a
-`CaptureFormatError` naming capture, file, field and row.
+the capture folder (no absolute paths, no ``..``, no symlink leaving the folder, no
+symlink loop), and reads CSV (pyarrow), JSON and JSON Lines, turning every parse
+failure into a `CaptureFormatError` naming capture, file, field and row: bytes that
+are not UTF-8, JSON nested deeper than `MAX_JSON_DEPTH`, integers too long to parse,
+a JSON document over `MAX_JSON_BYTES`, an unreadable file. A UTF-8 byte-order mark at
+the start of a CSV or JSON file is accepted (and skipped).
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +30,10 @@ MARKER_FILE = "ego_capture.json"
 MARKER_FORMAT = "ego-capture-marker"
 MARKER_VERSION = 1
 CAPTURE_KINDS = ("holos", "webxr", "mano_video", "aria_mps")
+
+MAX_JSON_BYTES = 64 << 20  # a JSON document (not JSON Lines) is read whole: at most 64 MiB
+MAX_JSON_DEPTH = 64  # deepest nesting of arrays/objects a JSON document may have
+UTF8_BOM = b"\xef\xbb\xbf"
 
 _ROW_RE = re.compile(r"[Rr]ow #(\d+)")
 _COL_RE = re.compile(r"column #(\d+)")
@@ -54,16 +63,23 @@ class CaptureFiles:
         if pure.is_absolute() or ".." in pure.parts or "\\" in rel or not rel:
             raise self.error(rel, "file name escapes the capture folder")
         path = self.root.joinpath(*pure.parts)
-        root = self.root.resolve()
-        if path.is_symlink() or path.exists():
-            resolved = path.resolve()
-            if resolved != root and root not in resolved.parents:
-                raise self.error(rel, "symlink points outside the capture folder")
-        if must_exist:
-            if not path.is_file():
-                raise self.error(rel, "file is missing")
-            if path.stat().st_size == 0:
-                raise self.error(rel, "file is empty")
+        try:
+            root = self.root.resolve()
+            if path.is_symlink() and not path.exists():
+                _raise_if_loop(path)
+            if path.is_symlink() or path.exists():
+                resolved = path.resolve()
+                if resolved != root and root not in resolved.parents:
+                    raise self.error(rel, "symlink points outside the capture folder")
+            if must_exist:
+                if not path.is_file():
+                    raise self.error(rel, _not_a_file(path))
+                if path.stat().st_size == 0:
+                    raise self.error(rel, "file is empty")
+        except RuntimeError:  # Path.resolve on a symlink cycle (Python < 3.13)
+            raise self.error(rel, "symlink loop") from None
+        except OSError as exc:
+            raise self.error(rel, _os_problem(exc)) from None
         return path
 
     def exists(self, rel: str) -> bool:
@@ -82,16 +98,48 @@ class CaptureFiles:
         return out
 
     def read_bytes(self, rel: str) -> bytes:
-        return self.path(rel).read_bytes()
+        path = self.path(rel)
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise self.error(rel, _os_problem(exc)) from None
 
     def read_json(self, rel: str) -> Any:
-        """Parse a JSON document; a syntax error names its line as the row."""
-        text = self.path(rel).read_text(encoding="utf-8", errors="strict")
+        """Parse a JSON document (UTF-8, optional BOM, at most `MAX_JSON_BYTES`).
+
+        A syntax error names its line as the row; bytes that are not UTF-8 name the line
+        and byte offset; nesting deeper than `MAX_JSON_DEPTH` is refused.
+        """
+        path = self.path(rel)
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise self.error(
+                rel, f"JSON document of {size} bytes is over the {MAX_JSON_BYTES} byte limit"
+            )
+        data = self.read_bytes(rel).removeprefix(UTF8_BOM)
+        text = self._decode(rel, data)
         try:
-            return json.loads(text)
+            doc = json.loads(text)
         except json.JSONDecodeError as exc:
             message = f"malformed JSON: {exc.msg} (column {exc.colno})"
             raise self.error(rel, message, row=exc.lineno) from None
+        except RecursionError:
+            raise self.error(rel, f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+        except ValueError as exc:  # e.g. an integer literal over Python's 4300-digit limit
+            raise self.error(rel, f"malformed JSON: {_first_line(exc)}") from None
+        if _json_depth(doc) > MAX_JSON_DEPTH:
+            raise self.error(rel, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        return doc
+
+    def _decode(self, rel: str, data: bytes, row: int | None = None) -> str:
+        """``data`` as UTF-8 text; invalid bytes name their line (or ``row``) and offset."""
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = row if row is not None else data.count(b"\n", 0, exc.start) + 1
+            bad = data[exc.start : exc.start + 1].hex()
+            message = f"not UTF-8 text: byte 0x{bad} at offset {exc.start} ({exc.reason})"
+            raise self.error(rel, message, row=line) from None
 
     def read_json_lines(self, rel: str) -> tuple[list[Any], list[int]]:
         """Parse JSON Lines: the records and their 1-based line numbers (blank lines skipped).
@@ -100,19 +148,44 @@ class CaptureFiles:
         """
         records: list[Any] = []
         lines: list[int] = []
-        with self.path(rel).open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    message = f"malformed JSON line: {exc.msg}"
-                    raise self.error(rel, message, row=lineno) from None
-                lines.append(lineno)
+        path = self.path(rel)
+        try:
+            with path.open("rb") as fh:
+                for lineno, raw in enumerate(fh, start=1):
+                    if lineno == 1:
+                        raw = raw.removeprefix(UTF8_BOM)
+                    line = self._decode(rel, raw, row=lineno)
+                    if not line.strip():
+                        continue
+                    records.append(self._json_line(rel, line, lineno))
+                    lines.append(lineno)
+        except OSError as exc:
+            raise self.error(rel, _os_problem(exc)) from None
         if not records:
             raise self.error(rel, "file has no records")
         return records, lines
+
+    def _json_line(self, rel: str, line: str, lineno: int) -> Any:
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise self.error(rel, f"malformed JSON line: {exc.msg}", row=lineno) from None
+        except RecursionError:
+            message = f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            raise self.error(rel, message, row=lineno) from None
+        except ValueError as exc:
+            message = f"malformed JSON line: {_first_line(exc)}"
+            raise self.error(rel, message, row=lineno) from None
+
+    def read_line(self, rel: str, limit: int = 1 << 20) -> str:
+        """The first line of a text file (at most ``limit`` bytes, BOM skipped), as UTF-8."""
+        path = self.path(rel)
+        try:
+            with path.open("rb") as fh:
+                first = fh.readline(limit).removeprefix(UTF8_BOM)
+        except OSError as exc:
+            raise self.error(rel, _os_problem(exc)) from None
+        return self._decode(rel, first, row=0)
 
     def read_schema_document(self, rel: str, schema: str, version: int) -> dict[str, Any]:
         """A JSON object that declares ``schema`` and ``schema_version``, both checked."""
@@ -151,9 +224,7 @@ class CaptureFiles:
             `CaptureFormatError` naming the field and the 1-based data row.
         """
         path = self.path(rel)
-        with path.open("rb") as fh:
-            header_line = fh.readline().decode("utf-8", errors="replace").strip()
-        header = header_line.split(",")
+        header = self.read_line(rel).strip().split(",")
         expected = list(columns)
         if header[: len(expected)] != expected or not set(header[len(expected) :]) <= set(optional):
             missing = [c for c in expected if c not in header]
@@ -179,6 +250,8 @@ class CaptureFiles:
             )
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise self._csv_error(rel, header, str(exc)) from None
+        except OSError as exc:
+            raise self.error(rel, _os_problem(exc)) from None
         if table.num_rows == 0:
             raise self.error(rel, "file has a header but no rows")
         for name in header:
@@ -195,6 +268,9 @@ class CaptureFiles:
         row_no = int(row.group(1)) - 1 if row else None  # pyarrow counts the header line
         if row_no is None and "Expected" in message:
             row_no = _short_row(self.root / rel, len(header))
+        bad_value = _BAD_VALUE_RE.search(message)
+        if row_no is None and field is not None and bad_value:
+            row_no = _value_row(self.root / rel, field, bad_value.group(1))
         detail = message.splitlines()[0]
         detail = re.sub(r"^In CSV column #\d+: Row #\d+: ", "", detail)
         return self.error(rel, f"malformed CSV: {detail}", field=field, row=row_no)
@@ -208,6 +284,72 @@ def _short_row(path: Path, n_columns: int) -> int | None:
             if line.strip() and line.count(b",") + 1 != n_columns:
                 return i
     return None
+
+
+_BAD_VALUE_RE = re.compile(r"invalid value '(.*)'$", re.MULTILINE)
+
+
+def _value_row(path: Path, field: str, value: str) -> int | None:
+    """1-based data row of the first ``value`` in column ``field`` (read as text)."""
+    try:
+        table = pacsv.read_csv(
+            path,
+            read_options=pacsv.ReadOptions(use_threads=False),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=[field], column_types={field: pa.string()}
+            ),
+        )
+    except (pa.ArrowInvalid, OSError):
+        return None
+    hits = np.flatnonzero(table.column(field).to_numpy(zero_copy_only=False) == value)
+    return int(hits[0]) + 1 if len(hits) else None
+
+
+def _json_depth(doc: Any) -> int:
+    """Deepest nesting of lists/objects in a parsed JSON value (iterative, stops early)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            break
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
+def _not_a_file(path: Path) -> str:
+    if path.is_dir():
+        return "is a folder, not a file"
+    if path.exists():
+        return "is not a regular file"
+    return "file is missing"
+
+
+def _raise_if_loop(path: Path) -> None:
+    """Raise the ``ELOOP`` `OSError` of a symlink cycle (a dangling link passes)."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _os_problem(exc: OSError) -> str:
+    """The reason of an OS error, without the absolute path it carries."""
+    if exc.errno == errno.ELOOP:
+        return "symlink loop"
+    return f"cannot read the file: {exc.strerror or type(exc).__name__}"
 
 
 def column_block(table: pa.Table, names: Sequence[str], dtype: str = "float64") -> np.ndarray:
@@ -243,7 +385,11 @@ def read_marker(files: CaptureFiles) -> dict[str, Any]:
 def require(
     files: CaptureFiles, rel: str, doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...]
 ) -> Any:
-    """``doc[key]``, checked to exist and be of ``kind`` (bools are not numbers)."""
+    """``doc[key]``, checked to exist and be of ``kind`` (bools are not numbers).
+
+    Numbers are checked too: an integer must fit in int64 and a float must be finite
+    (JSON parsers here read ``NaN``, ``Infinity`` and ``1e400`` as non-finite floats).
+    """
     if not isinstance(doc, Mapping) or key not in doc:
         raise files.error(rel, "missing field", field=key)
     value = doc[key]
@@ -254,4 +400,43 @@ def require(
         raise files.error(
             rel, f"expected {kinds[0].__name__}, got {type(value).__name__}", field=key
         )
+    problem = number_problem(value)
+    if problem is not None:
+        raise files.error(rel, problem, field=key)
     return value
+
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+def number_problem(value: Any) -> str | None:
+    """Why a JSON number is unusable (int beyond int64, non-finite float), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        return f"integer {_short(value)} does not fit in 64 bits"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"number is {value} (not finite)"
+    return None
+
+
+def _short(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:10]}...{text[-6:]} ({len(text)} digits)"
+
+
+def number_list(
+    files: CaptureFiles, rel: str, doc: Mapping[str, Any], key: str, size: int | None = None
+) -> list[float]:
+    """``doc[key]`` as a list of finite numbers (``size`` of them when given), as floats."""
+    values = require(files, rel, doc, key, list)
+    if size is not None and len(values) != size:
+        raise files.error(rel, f"expected {size} values, got {len(values)}", field=key)
+    for i, v in enumerate(values):
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            raise files.error(rel, f"value {i}: expected a number", field=key)
+        problem = number_problem(v)
+        if problem is not None:
+            raise files.error(rel, f"value {i}: {problem}", field=key)
+    return [float(v) for v in values]

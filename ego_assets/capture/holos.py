@@ -19,7 +19,9 @@ import pyarrow.compute as pc
 
 from ego_assets.capture import holos_meta
 from ego_assets.capture.files import MARKER_FILE, CaptureFiles, column_block, require
+from ego_assets.capture.media import MAX_FRAME_INDEX
 from ego_assets.capture.poses import compose_poses, invert_pose
+from ego_assets.capture.ranges import DEVICE_S, EPOCH_NS, check_count, check_time, check_times
 from ego_assets.trajectory.joints import ARKIT27, VISION21
 from ego_assets.trajectory.model import CameraCalibration, CaptureInfo, FileRef, Trajectory
 from ego_assets.trajectory.streams import AttrValue, Stream, make_stream
@@ -96,12 +98,9 @@ class _Reader:
         return self.files.read_csv(rel, columns, {"t_mono_s": pa.float64(), **(types or {})})
 
     def times(self, rel: str, table: pa.Table) -> np.ndarray:
-        """(T,) int64 epoch ns of the ``t_mono_s`` column (a non-finite time is an error)."""
+        """(T,) int64 epoch ns of the ``t_mono_s`` column (outside `DEVICE_S`: an error)."""
         t = table.column("t_mono_s").to_numpy()
-        bad = ~np.isfinite(t)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0]) + 1
-            raise self.files.error(rel, "time is not finite", field="t_mono_s", row=row)
+        check_times(self.files, rel, "t_mono_s", t, DEVICE_S)
         return self.clock.to_ns(t)
 
     def flags01(self, rel: str, table: pa.Table, names: Sequence[str]) -> np.ndarray:
@@ -307,8 +306,10 @@ def _camera_frames(r: _Reader, camera: str) -> tuple[Stream, np.ndarray]:
     rel = FRAMES_CSV.format(camera=camera)
     table = r.table(rel, FRAME_COLUMNS, {"frame_index": pa.int64()})
     intrinsics = column_block(table, FRAME_COLUMNS[2:6])
+    frame_index = table.column("frame_index").to_numpy().astype(np.int64, copy=False)
+    check_count(r.files, rel, "frame_index", frame_index, 0, MAX_FRAME_INDEX, "frame")
     fields = {
-        "frame_index": table.column("frame_index").to_numpy().astype(np.int64, copy=False),
+        "frame_index": frame_index,
         "intrinsics": intrinsics,
         "world_to_camera": invert_pose(
             column_block(table, POSE_COLUMNS[1:4]), column_block(table, POSE_COLUMNS[4:8])
@@ -322,7 +323,9 @@ def _camera_frames(r: _Reader, camera: str) -> tuple[Stream, np.ndarray]:
 def _read_clock(files: CaptureFiles, meta: Mapping[str, object]) -> _Clock:
     clock = require(files, METADATA, meta, "clock", dict)
     origin = require(files, METADATA, clock, "mono_origin_epoch_ns", int)
+    check_time(files, METADATA, "mono_origin_epoch_ns", origin, EPOCH_NS)
     start_mono = require(files, METADATA, clock, "capture_start_mono_s", (int, float))
+    check_time(files, METADATA, "capture_start_mono_s", start_mono, DEVICE_S)
     return _Clock(origin, origin + round(float(start_mono) * 1e6) * 1000)
 
 

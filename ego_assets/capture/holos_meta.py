@@ -8,14 +8,16 @@ nothing is decoded.
 
 from __future__ import annotations
 
+import struct
 import wave
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ego_assets.capture.files import CaptureFiles, require
-from ego_assets.capture.media import probe_video
+from ego_assets.capture.files import CaptureFiles, number_list, require
+from ego_assets.capture.media import check_frame_rows, probe_video
+from ego_assets.capture.ranges import CAPTURE_S, DEVICE_S, ClockRange, check_time
 from ego_assets.errors import CaptureFormatError
 from ego_assets.trajectory.model import (
     Annotations,
@@ -68,6 +70,12 @@ def _item(
         raise files.error(rel, exc.reason, field=key, row=row) from None
 
 
+def _time(files: CaptureFiles, rel: str, doc: Any, key: str, row: int, clock: ClockRange) -> float:
+    """``doc[key]`` of the ``row``-th item, a plausible time of ``clock``, as a float."""
+    value = _item(files, rel, doc, key, _NUMBER, row)
+    return float(check_time(files, rel, key, value, clock, row=row))
+
+
 def _list(files: CaptureFiles, rel: str, doc: Any, key: str | None) -> list[Any]:
     value = doc if key is None else require(files, rel, doc, key, list)
     if not isinstance(value, list):
@@ -84,8 +92,8 @@ def _steps(files: CaptureFiles) -> tuple[ProcedureStep, ...]:
                 index=_item(files, STEPS_JSON, step, "index", int, i),
                 step_id=_item(files, STEPS_JSON, step, "step_id", str, i),
                 title=_item(files, STEPS_JSON, step, "title", str, i),
-                t_start=float(_item(files, STEPS_JSON, step, "t_start", _NUMBER, i)),
-                t_end=float(_item(files, STEPS_JSON, step, "t_end", _NUMBER, i)),
+                t_start=_time(files, STEPS_JSON, step, "t_start", i, CAPTURE_S),
+                t_end=_time(files, STEPS_JSON, step, "t_end", i, CAPTURE_S),
             )
         )
     return tuple(out)
@@ -101,8 +109,8 @@ def _transcript(
         row = i + 1
         segments.append(
             TranscriptSegment(
-                start_s=float(_item(files, rel, seg, "start_s", _NUMBER, row)),
-                end_s=float(_item(files, rel, seg, "end_s", _NUMBER, row)),
+                start_s=_time(files, rel, seg, "start_s", row, CAPTURE_S),
+                end_s=_time(files, rel, seg, "end_s", row, CAPTURE_S),
                 text=_item(files, rel, seg, "text", str, row),
                 is_final=_item(files, rel, seg, "is_final", bool, row),
             )
@@ -111,8 +119,8 @@ def _transcript(
             tokens.append(
                 TranscriptToken(
                     segment=i,
-                    start_s=float(_item(files, rel, tok, "start_s", _NUMBER, row)),
-                    end_s=float(_item(files, rel, tok, "end_s", _NUMBER, row)),
+                    start_s=_time(files, rel, tok, "start_s", row, CAPTURE_S),
+                    end_s=_time(files, rel, tok, "end_s", row, CAPTURE_S),
                     text=_item(files, rel, tok, "text", str, row),
                 )
             )
@@ -122,7 +130,7 @@ def _transcript(
 def _vlm(files: CaptureFiles, seconds: Callable[[float], float]) -> tuple[VlmOutput, ...]:
     out = []
     for i, rec in enumerate(_list(files, VLM_JSON, files.read_json(VLM_JSON), None), start=1):
-        t_mono = float(_item(files, VLM_JSON, rec, "t_mono", _NUMBER, i))
+        t_mono = _time(files, VLM_JSON, rec, "t_mono", i, DEVICE_S)
         out.append(
             VlmOutput(
                 t_mono=t_mono,
@@ -172,12 +180,11 @@ def stereo_cameras(files: CaptureFiles, all_files: Sequence[str]) -> tuple[Camer
     cameras = require(files, rel, files.read_json(rel), "cameras", dict)
     out = []
     for row, (name, cam) in enumerate(cameras.items(), start=1):
-        distortion = _list(files, rel, cam, "distortion")
-        cfd = _list(files, rel, cam, "camera_from_device")
-        if len(cfd) != 16 or not all(isinstance(v, _NUMBER) for v in (*cfd, *distortion)):
-            raise files.error(
-                rel, "needs 16 numbers and numeric distortion", field="camera_from_device", row=row
-            )
+        try:
+            distortion = number_list(files, rel, cam, "distortion")
+            cfd = number_list(files, rel, cam, "camera_from_device", 16)
+        except CaptureFormatError as exc:
+            raise files.error(rel, exc.reason, field=exc.field, row=row) from None
         try:
             out.append(
                 CameraCalibration(
@@ -189,8 +196,8 @@ def stereo_cameras(files: CaptureFiles, all_files: Sequence[str]) -> tuple[Camer
                     fy=float(_item(files, rel, cam, "fy", _NUMBER, row)),
                     cx=float(_item(files, rel, cam, "cx", _NUMBER, row)),
                     cy=float(_item(files, rel, cam, "cy", _NUMBER, row)),
-                    distortion=tuple(float(v) for v in distortion),
-                    camera_from_device=tuple(float(v) for v in cfd),
+                    distortion=tuple(distortion),
+                    camera_from_device=tuple(cfd),
                 )
             )
         except CaptureFormatError:
@@ -224,16 +231,25 @@ def is_video(rel: str) -> bool:
 
 
 def _probe_wav(files: CaptureFiles, rel: str) -> dict[str, Any]:
+    """Rate, channels and duration from the WAV header; the data size must fit the file."""
+    path = files.path(rel)
     try:
-        with wave.open(str(files.path(rel)), "rb") as wav:
-            rate = wav.getframerate()
-            return {
-                "sample_rate_hz": rate,
-                "channels": wav.getnchannels(),
-                "duration_s": wav.getnframes() / rate if rate else 0.0,
-            }
-    except (wave.Error, EOFError) as exc:
-        raise files.error(rel, f"unreadable WAV: {exc}") from None
+        with wave.open(str(path), "rb") as wav:
+            rate, channels = wav.getframerate(), wav.getnchannels()
+            frames, width = wav.getnframes(), wav.getsampwidth()
+    except (wave.Error, EOFError, RuntimeError, struct.error, ValueError, OverflowError) as exc:
+        detail = str(exc) or "header is truncated or its chunk sizes do not fit the file"
+        raise files.error(rel, f"corrupt WAV header: {detail}") from None
+    if rate <= 0:
+        raise files.error(rel, f"corrupt WAV header: sample rate {rate}")
+    data_bytes = frames * channels * width
+    if data_bytes > path.stat().st_size:
+        raise files.error(
+            rel,
+            f"corrupt WAV header: data chunk declares {data_bytes} bytes, "
+            f"the file has {path.stat().st_size}",
+        )
+    return {"sample_rate_hz": rate, "channels": channels, "duration_s": frames / rate}
 
 
 def media_refs(
@@ -246,8 +262,11 @@ def media_refs(
             continue
         camera = rel[len("media/") : -len(".mov")]
         frames = frame_streams.get(camera)
+        probe = probe_video(files, rel)
+        if frames is not None:
+            check_frame_rows(files, str(frames.attrs["source_file"]), len(frames), rel, probe)
         out.append(
-            probe_video(files, rel).media_ref(
+            probe.media_ref(
                 camera,
                 rel,
                 "video/quicktime",

@@ -11,17 +11,18 @@ only (the depth maps themselves stay on disk).
 from __future__ import annotations
 
 import logging
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ego_assets.capture.files import MARKER_FILE, CaptureFiles, require
-from ego_assets.capture.media import probe_video
-from ego_assets.errors import CaptureFormatError
+from ego_assets.capture.media import MAX_FRAME_INDEX, check_frame_rows, probe_video
+from ego_assets.capture.npz import ArrayHeader, open_npz
+from ego_assets.capture.ranges import EPOCH_NS, check_count, check_times, require_number
 from ego_assets.trajectory.model import (
     Annotations,
     CameraCalibration,
@@ -42,6 +43,9 @@ FRAMES_FILE = "frames.csv"
 MANO_FILE = "mano.npz"
 CAMERA_FILE = "camera.npz"
 N_BETAS = 10
+MAX_POSE_COEFFICIENTS = 45  # MANO: 15 joints x 3 axis-angle values, or up to 45 PCA
+MAX_FPS = 1000.0
+MAX_IMAGE_SIDE = 65_536  # pixels
 HANDS = ("left", "right")  # axis 0 of mano.npz (HaWoR order)
 
 # array -> (dtype kinds, shape); "T" = frames.csv rows, "P" = pose coefficients
@@ -101,7 +105,11 @@ def read_mano_video(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajector
     )
     frame_index = frames.column("frame_index").to_numpy().astype(np.int64)
     ts = frames.column("timestamp_ns").to_numpy().astype(np.int64)
+    check_count(files, FRAMES_FILE, "frame_index", frame_index, 0, MAX_FRAME_INDEX, "frame")
+    check_times(files, FRAMES_FILE, "timestamp_ns", ts, EPOCH_NS)
     t = len(ts)
+    probe = probe_video(files, VIDEO_FILE)
+    check_frame_rows(files, FRAMES_FILE, t, VIDEO_FILE, probe)
     start_ns = int(ts[0])
     dims = {"T": t}
     if meta.pose_space == "pca" and meta.n_pca is not None:
@@ -124,7 +132,6 @@ def read_mano_video(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajector
             {"media": "video", "source_file": FRAMES_FILE},
         )
     )
-    probe = probe_video(files, VIDEO_FILE)
     media = [
         probe.media_ref("video", VIDEO_FILE, "video/mp4", frames_stream="video_frames"),
     ]
@@ -187,7 +194,9 @@ def _read_meta(files: CaptureFiles) -> _Meta:
     doc = files.read_schema_document(rel, SCHEMA, SCHEMA_VERSION)
     mano = require(files, rel, doc, "mano", dict)
     pose_space = require(files, rel, mano, "pose_space", str)
-    n_pca = require(files, rel, mano, "n_pca", int) if pose_space == "pca" else None
+    n_pca = None
+    if pose_space == "pca":
+        n_pca = int(require_number(files, rel, mano, "n_pca", 1, MAX_POSE_COEFFICIENTS, kind=int))
     instructions = require(files, rel, doc, "instructions", list)
     if not all(isinstance(s, str) for s in instructions):
         raise files.error(rel, "expected a list of strings", field="instructions")
@@ -209,9 +218,9 @@ def _read_meta(files: CaptureFiles) -> _Meta:
         clip_id=require(files, rel, doc, "clip_id", str),
         split=require(files, rel, doc, "split", str),
         dataset_name=require(files, rel, doc, "dataset_name", str),
-        fps=float(require(files, rel, doc, "fps", (int, float))),
-        width=require(files, rel, doc, "width", int),
-        height=require(files, rel, doc, "height", int),
+        fps=require_number(files, rel, doc, "fps", 0, MAX_FPS),
+        width=int(require_number(files, rel, doc, "width", 0, MAX_IMAGE_SIDE, kind=int)),
+        height=int(require_number(files, rel, doc, "height", 0, MAX_IMAGE_SIDE, kind=int)),
         world_frame=require(files, rel, doc, "world_frame", str),
         handedness=handedness,
         up_axis=up_axis,
@@ -232,53 +241,55 @@ def _load_npz(
     optional: Mapping[str, tuple[str, tuple[int | str, ...]]],
     dims: dict[str, int],
 ) -> dict[str, np.ndarray]:
-    """Load and check the named arrays of an ``.npz`` (no pickle); symbolic dims bind once."""
-    path = files.path(rel)
+    """Load and check the named arrays of an ``.npz``; symbolic dims bind once.
+
+    Each array's dtype and shape are checked from its header, before its data is read
+    (`ego_assets.capture.npz`), so memory follows ``frames.csv``, not the headers.
+    """
     out: dict[str, np.ndarray] = {}
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            for name, (kinds, shape) in {**required, **optional}.items():
-                if name not in npz.files:
-                    if name in required:
-                        raise files.error(rel, "array is missing", field=name)
-                    continue
-                try:
-                    arr = npz[name]
-                except ValueError as exc:  # object arrays need pickle: refused
-                    raise files.error(rel, f"array cannot be loaded: {exc}", field=name) from None
-                _check_array(files, rel, name, arr, kinds, shape, dims)
-                out[name] = arr
-    except CaptureFormatError:
-        raise
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise files.error(rel, f"not a readable .npz file: {exc}") from None
+    with open_npz(files, rel) as npz:
+        for name, (kinds, shape) in {**required, **optional}.items():
+            if name not in npz.names:
+                if name in required:
+                    raise files.error(rel, "array is missing", field=name)
+                continue
+            check = partial(_check_array, files, rel, kinds=kinds, shape=shape, dims=dims)
+            out[name] = npz.read(name, check)
     return out
 
 
 def _check_array(
     files: CaptureFiles,
     rel: str,
-    name: str,
-    arr: np.ndarray,
+    header: ArrayHeader,
+    *,
     kinds: str,
     shape: tuple[int | str, ...],
     dims: dict[str, int],
 ) -> None:
-    if arr.dtype.kind not in kinds:
+    name, found = header.name, header.shape
+    if header.dtype.kind not in kinds:
         expected = {"f": "floating-point", "b": "boolean"}[kinds]
-        raise files.error(rel, f"dtype {arr.dtype} is not {expected}", field=name)
-    if arr.ndim != len(shape):
+        raise files.error(rel, f"dtype {header.dtype} is not {expected}", field=name)
+    if len(found) != len(shape):
         raise files.error(
-            rel, f"has {arr.ndim} dimensions {arr.shape}, expected {len(shape)}", field=name
+            rel, f"has {len(found)} dimensions {found}, expected {len(shape)}", field=name
         )
-    for axis, (dim, size) in enumerate(zip(shape, arr.shape, strict=True)):
+    for axis, (dim, size) in enumerate(zip(shape, found, strict=True)):
+        if dim == "P" and "P" not in dims and not 1 <= size <= MAX_POSE_COEFFICIENTS:
+            raise files.error(
+                rel,
+                f"axis {axis} has {size} pose coefficients, expected 1 to "
+                f"{MAX_POSE_COEFFICIENTS}; shape {found}",
+                field=name,
+            )
         expected_size = dims.setdefault(dim, size) if isinstance(dim, str) else dim
         if size != expected_size:
             label = f"{dim} = {expected_size}" if isinstance(dim, str) else str(dim)
             if dim == "T":
                 label += " (frames.csv rows)"
             raise files.error(
-                rel, f"axis {axis} has size {size}, expected {label}; shape {arr.shape}", field=name
+                rel, f"axis {axis} has size {size}, expected {label}; shape {found}", field=name
             )
 
 
@@ -327,24 +338,11 @@ def _camera(intrinsics: np.ndarray, meta: _Meta) -> tuple[CameraCalibration, ...
 
 def _depth_size(files: CaptureFiles, rel: str, t: int) -> tuple[int, int]:
     """(H, W) of ``depth`` in ``rel``, checked from the .npy header (float, (T, H, W))."""
-    path = files.path(rel)
-    try:
-        with zipfile.ZipFile(path) as archive:
-            if "depth.npy" not in archive.namelist():
-                raise files.error(rel, "array is missing", field="depth")
-            with archive.open("depth.npy") as fh:
-                major, _minor = np.lib.format.read_magic(fh)
-                if major == 1:
-                    header = np.lib.format.read_array_header_1_0(fh)
-                else:
-                    header = np.lib.format.read_array_header_2_0(fh)
-    except CaptureFormatError:
-        raise
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise files.error(rel, f"not a readable .npz file: {exc}") from None
-    shape, _fortran, dtype = header
-    if np.dtype(dtype).kind != "f":
-        raise files.error(rel, f"dtype {np.dtype(dtype)} is not floating-point", field="depth")
+    with open_npz(files, rel) as npz:
+        header = npz.header("depth")
+    shape = header.shape
+    if header.dtype.kind != "f":
+        raise files.error(rel, f"dtype {header.dtype} is not floating-point", field="depth")
     if len(shape) != 3 or shape[0] != t:
         raise files.error(
             rel, f"shape {shape}, expected (T = {t} (frames.csv rows), H, W)", field="depth"

@@ -14,7 +14,10 @@ from fractions import Fraction
 import av
 
 from ego_assets.capture.files import CaptureFiles
+from ego_assets.errors import CaptureFormatError
 from ego_assets.trajectory.model import MediaRef
+
+MAX_FRAME_INDEX = 2**31 - 1  # a frame number beyond this is not from a real clip
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,28 @@ def probe_video(files: CaptureFiles, rel: str) -> VideoProbe:
             frame_count = int(stream.frames or 0)
             if frame_count == 0:
                 frame_count = sum(1 for packet in container.demux(stream) if packet.size)
+    except CaptureFormatError:
+        raise
     except av.error.FFmpegError as exc:
         raise files.error(rel, f"unreadable video container: {exc.strerror}") from None
+    except (ValueError, OverflowError, ZeroDivisionError) as exc:  # absurd container fields
+        raise files.error(rel, f"unreadable video container: {exc}") from None
     return VideoProbe(codec, width, height, fps, frame_count, duration_s)
+
+
+def check_frame_rows(
+    files: CaptureFiles, frames_rel: str, rows: int, video_rel: str, probe: VideoProbe
+) -> None:
+    """A frames table may list at most as many frames as its video holds.
+
+    Fewer is allowed (dropped frames leave gaps in ``frame_index``); more means the
+    table describes pictures that are not there.
+
+    Raises:
+        CaptureFormatError: naming the frames table.
+    """
+    if rows > probe.frame_count:
+        raise files.error(
+            frames_rel,
+            f"lists {rows} frames but {video_rel} holds {probe.frame_count}",
+        )

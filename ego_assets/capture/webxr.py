@@ -21,10 +21,30 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ego_assets.capture.files import MARKER_FILE, CaptureFiles, require
-from ego_assets.capture.media import probe_video
+from ego_assets.capture.files import (
+    MARKER_FILE,
+    CaptureFiles,
+    number_list,
+    number_problem,
+    require,
+)
+from ego_assets.capture.media import MAX_FRAME_INDEX, check_frame_rows, probe_video
 from ego_assets.capture.poses import invert_pose
-from ego_assets.capture.webxr_slots import SIDES, SlotArrays, read_slots, slot_timestamps_ns
+from ego_assets.capture.ranges import (
+    EPOCH_MS,
+    SESSION_MS,
+    check_count,
+    check_time,
+    check_times,
+    require_number,
+)
+from ego_assets.capture.webxr_slots import (
+    MAX_SLOT,
+    SIDES,
+    SlotArrays,
+    read_slots,
+    slot_timestamps_ns,
+)
 from ego_assets.trajectory.model import (
     AVAILABILITY_STATUSES,
     SEGMENT_OUTCOMES,
@@ -52,6 +72,8 @@ CALIBRATION_FILE = "calibration.json"
 JOINT_SET = "webxr25"
 CAMERA_ROLE = "camera_outward"
 CAMERA_FRAMES_STREAM = "camera_outward_frames"
+MIN_RATE_HZ = 0.1  # recorder slots per second
+MAX_RATE_HZ = 1000.0
 _STUDY_STRINGS = (
     "headset_id",
     "demonstrator_id",
@@ -94,11 +116,13 @@ def read_webxr(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
     start_ns = int(slot_ns[0])
     calibration, camera_from_head = _read_calibration(files, session.camera_id)
     streams = _slot_streams(slots, slot_ns, start_ns, session.recorder_rate_hz)
-    streams.append(_camera_frames(files, session, slots, start_ns, calibration, camera_from_head))
+    frames = _camera_frames(files, session, slots, start_ns, calibration, camera_from_head)
+    streams.append(frames)
     segments = _read_segments(files, slots, slot_ns, session.recorder_rate_hz)
     task_spec = _read_task_spec(files, session)
 
     probe = probe_video(files, VIDEO_FILE)
+    check_frame_rows(files, FRAMES_FILE, len(frames), VIDEO_FILE, probe)
     media = (
         probe.media_ref(CAMERA_ROLE, VIDEO_FILE, "video/mp4", frames_stream=CAMERA_FRAMES_STREAM),
     )
@@ -143,9 +167,7 @@ def read_webxr(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
 def _read_session(files: CaptureFiles) -> _Session:
     rel = SESSION_FILE
     doc = files.read_schema_document(rel, SCHEMA, SCHEMA_VERSION)
-    rate = float(require(files, rel, doc, "recorder_rate_hz", (int, float)))
-    if not rate > 0:
-        raise files.error(rel, "must be > 0", field="recorder_rate_hz")
+    rate = require_number(files, rel, doc, "recorder_rate_hz", MIN_RATE_HZ, MAX_RATE_HZ)
     camera = require(files, rel, doc, "camera", dict)
     instructions = require(files, rel, doc, "instructions", list)
     if not all(isinstance(s, str) for s in instructions):
@@ -159,7 +181,15 @@ def _read_session(files: CaptureFiles) -> _Session:
         episode_id=require(files, rel, doc, "episode_id", str),
         recorder_rate_hz=rate,
         reference_space=require(files, rel, doc, "reference_space", str),
-        time_origin_epoch_ms=float(require(files, rel, doc, "time_origin_epoch_ms", (int, float))),
+        time_origin_epoch_ms=float(
+            check_time(
+                files,
+                rel,
+                "time_origin_epoch_ms",
+                require(files, rel, doc, "time_origin_epoch_ms", (int, float)),
+                EPOCH_MS,
+            )
+        ),
         camera_id=require(files, rel, camera, "id", str),
         characteristics=_characteristics(files, doc.get("capture_characteristics") or {}),
         study=_study(files, doc.get("study")),
@@ -183,9 +213,22 @@ def _characteristics(files: CaptureFiles, doc: Any) -> tuple[Characteristic, ...
             )
         value = entry.get("value") if status == "known" else None
         if isinstance(value, dict | list):
-            value = json.dumps(value, sort_keys=True, separators=(",", ":"))
+            value = _json_text(files, SESSION_FILE, field, value)
+        elif number_problem(value) is not None:
+            raise files.error(SESSION_FILE, str(number_problem(value)), field=field)
         out.append(Characteristic(name=name, status=status, value=value))
     return tuple(out)
+
+
+def _json_text(
+    files: CaptureFiles, rel: str, field: str, value: Any, row: int | None = None
+) -> str:
+    """``value`` as compact JSON text; NaN, infinities and huge integers are refused."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:  # NaN/inf (allow_nan) or an int over the digit limit
+        message = f"value cannot be kept as JSON: {exc}"
+        raise files.error(rel, message, field=field, row=row) from None
 
 
 def _study(files: CaptureFiles, doc: Any) -> StudyInfo | None:
@@ -228,13 +271,8 @@ def _read_calibration(
     if not isinstance(doc, dict):
         raise files.error(rel, "expected a JSON object")
     number = (int, float)
-    distortion = require(files, rel, doc, "distortion", list)
-    matrix = require(files, rel, doc, "camera_from_head", list)
-    for field, values, size in (("distortion", distortion, None), ("camera_from_head", matrix, 16)):
-        if size is not None and len(values) != size:
-            raise files.error(rel, f"expected {size} values, got {len(values)}", field=field)
-        if not all(isinstance(v, number) and not isinstance(v, bool) for v in values):
-            raise files.error(rel, "expected a list of numbers", field=field)
+    distortion = number_list(files, rel, doc, "distortion")
+    matrix = number_list(files, rel, doc, "camera_from_head", 16)
     optional: dict[str, Any] = {}
     for key, kind in (("rms_error_px", number), ("sample_count", int), ("captured_at", str)):
         if doc.get(key) is not None:
@@ -251,8 +289,8 @@ def _read_calibration(
             fy=float(require(files, rel, doc, "fy", number)),
             cx=float(require(files, rel, doc, "cx", number)),
             cy=float(require(files, rel, doc, "cy", number)),
-            distortion=tuple(float(v) for v in distortion),
-            camera_from_device=tuple(float(v) for v in matrix),
+            distortion=tuple(distortion),
+            camera_from_device=tuple(matrix),
             **optional,
         )
     except ValueError as exc:
@@ -334,6 +372,9 @@ def _camera_frames(
     frame_index = table.column("frame_index").to_numpy().astype(np.int64)
     frame_slot = table.column("slot").to_numpy().astype(np.int64)
     t_ms = table.column("t_ms").to_numpy().astype(np.float64)
+    check_count(files, FRAMES_FILE, "frame_index", frame_index, 0, MAX_FRAME_INDEX, "frame")
+    check_count(files, FRAMES_FILE, "slot", frame_slot, 0, MAX_SLOT, "slot")
+    check_times(files, FRAMES_FILE, "t_ms", t_ms, SESSION_MS)
     n = len(frame_index)
     fields: dict[str, np.ndarray] = {"frame_index": frame_index}
     if calibration is not None and camera_from_head is not None:
@@ -404,6 +445,9 @@ def _read_segments(
                 raise files.error(
                     rel, f"expected {kind.__name__}, got {type(value).__name__}", field=key, row=row
                 )
+            if isinstance(value, int) and not 0 <= value <= MAX_SLOT:
+                message = f"{value} is outside 0 to {MAX_SLOT}"
+                raise files.error(rel, message, field=key, row=row)
             values[key] = value
         if values["outcome"] not in SEGMENT_OUTCOMES:
             raise files.error(
@@ -425,7 +469,9 @@ def _read_segments(
                 start_ns=start_ns,
                 end_ns=max(end_ns, start_ns),
                 annotations={
-                    str(k): v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+                    str(k): v
+                    if isinstance(v, str)
+                    else _json_text(files, rel, f"annotations.{k}", v, row)
                     for k, v in annotations.items()
                 },
                 **values,

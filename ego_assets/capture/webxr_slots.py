@@ -19,13 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from ego_assets.capture.files import CaptureFiles
+from ego_assets.capture.files import CaptureFiles, number_problem
+from ego_assets.capture.ranges import SESSION_MS
 from ego_assets.errors import CaptureFormatError
 
 SLOTS_FILE = "slots.jsonl"
 N_JOINTS = 25
 JOINT_VALUES = 9  # px, py, pz, qx, qy, qz, qw, radius, tracked
 SIDES = ("left", "right")
+MAX_SLOT = 10**9  # recorder slot numbers (and segment counters) lie in 0..MAX_SLOT
 
 _NUMBER = (int, float)
 
@@ -88,7 +90,7 @@ def read_slots(files: CaptureFiles) -> SlotArrays:
     records, lines = files.read_json_lines(SLOTS_FILE)
     try:
         return _build(records)
-    except (_Invalid, KeyError, TypeError, ValueError, AttributeError):
+    except (_Invalid, KeyError, TypeError, ValueError, AttributeError, OverflowError):
         _diagnose(files, records, lines)
         raise files.error(SLOTS_FILE, "journal values could not be typed") from None
 
@@ -112,6 +114,12 @@ def _build(records: list[Any]) -> SlotArrays:
     t_ms = [r["t_ms"] for r in records]
     gap_list = [r["gap"] for r in records]
     if not (_types_ok(slot, (int,)) and _types_ok(t_ms, _NUMBER) and _types_ok(gap_list, (bool,))):
+        raise _Invalid
+    slot_arr = np.array(slot, dtype=np.int64)  # OverflowError beyond int64: diagnosed
+    t_arr = np.array(t_ms, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        in_range = (t_arr >= SESSION_MS.lo) & (t_arr <= SESSION_MS.hi)
+    if not (in_range.all() and (slot_arr >= 0).all() and (slot_arr <= MAX_SLOT).all()):
         raise _Invalid
     gap = np.array(gap_list, dtype=bool)
     live = np.flatnonzero(~gap)
@@ -141,8 +149,8 @@ def _build(records: list[Any]) -> SlotArrays:
 
     hands = {side: _hand(records, live, side) for side in SIDES}
     return SlotArrays(
-        slot=np.array(slot, dtype=np.int64),
-        t_ms=np.array(t_ms, dtype=np.float64),
+        slot=slot_arr,
+        t_ms=t_arr,
         gap=gap,
         head_position=head_position,
         head_rotation=head_rotation,
@@ -188,6 +196,10 @@ def _kind(value: Any, kinds: tuple[type, ...]) -> bool:
     return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
 
 
+def _number_text(value: int) -> str:
+    return str(value) if abs(value) < 10**24 else f"of {len(str(abs(value)))} digits"
+
+
 def _type_problem(field: str, value: Any, kinds: tuple[type, ...]) -> tuple[str, str] | None:
     if _kind(value, kinds):
         return None
@@ -204,6 +216,11 @@ def _record_problem(record: Any) -> tuple[str, str] | None:
         problem = _type_problem(key, record[key], kinds)
         if problem:
             return problem
+    if not 0 <= record["slot"] <= MAX_SLOT:
+        return "slot", f"slot {_number_text(record['slot'])} is outside 0 to {MAX_SLOT}"
+    time_problem = SESSION_MS.problem(record["t_ms"])
+    if time_problem:
+        return "t_ms", time_problem
     if record["gap"]:
         return None
     head = record.get("head")
@@ -227,6 +244,8 @@ def _record_problem(record: Any) -> tuple[str, str] | None:
             value = pinch[side]
             if value is not None and not _kind(value, _NUMBER):
                 return f"pinch.{side}", f"expected a number or null, got {type(value).__name__}"
+            if isinstance(value, int) and number_problem(value):
+                return f"pinch.{side}", str(number_problem(value))
     return None
 
 
@@ -260,6 +279,9 @@ def _vector_problem(
     for i, v in enumerate(value):
         if not _kind(v, kinds):
             return field, f"value {i}: expected a number, got {type(v).__name__}"
+        problem = number_problem(v) if isinstance(v, int) else None
+        if problem:
+            return field, f"value {i}: {problem}"
     return None
 
 
