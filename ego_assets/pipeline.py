@@ -25,7 +25,7 @@ from ego_assets.quality.timeline import timeline_png
 from ego_assets.storage import Storage
 from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory, write_trajectory_files
 
-NORMALIZER_VERSION = "normalize-1"
+NORMALIZER_VERSION = "normalize-2"  # 2: media_frames declare camera_axes
 LINEAGE_FILE = "lineage.json"
 TIMELINE_FILE = "timeline.png"
 

@@ -97,6 +97,10 @@ class Storage:
         """Whether ``stage/key/file`` exists (one HEAD request on S3)."""
         return (self.stage_path(stage, key) / file).exists()
 
+    def export_path(self, fmt: str, name: str) -> UPath:
+        """``exports/<fmt>/<name>``: one export format's folder of a capture (or dataset)."""
+        return self.root / "exports" / validate_capture_key(fmt) / validate_capture_key(name)
+
     @contextmanager
     def write_dir(self, stage: str, key: str, *, index_file: str | None = None) -> Iterator[Path]:
         """A local folder whose content replaces ``stage/key`` when the block succeeds.
@@ -104,12 +108,17 @@ class Storage:
         Nothing is written when the block raises. On S3, ``index_file`` (e.g.
         ``manifest.json``) is removed first and uploaded last; see the module docstring.
         """
-        target = self.stage_path(stage, key)
+        with self.write_to(self.stage_path(stage, key), index_file=index_file) as tmp:
+            yield tmp
+
+    @contextmanager
+    def write_to(self, target: UPath, *, index_file: str | None = None) -> Iterator[Path]:
+        """`write_dir` for any folder below the root (e.g. an `export_path`)."""
         if is_local(target):
             with atomic_directory(Path(target.path)) as tmp:
                 yield tmp
             return
-        with tempfile.TemporaryDirectory(prefix=f"ego-{stage}-") as tmp_name:
+        with tempfile.TemporaryDirectory(prefix="ego-write-") as tmp_name:
             tmp = Path(tmp_name)
             yield tmp
             upload_tree(tmp, target, index_file)
@@ -123,6 +132,17 @@ class Storage:
         with tempfile.TemporaryDirectory(prefix="ego-read-") as tmp_name:
             tmp = Path(tmp_name)
             download_tree(location, tmp)
+            yield tmp
+
+    @contextmanager
+    def read_file(self, location: UPath) -> Iterator[Path]:
+        """A local path with the content of the file ``location`` (downloaded when remote)."""
+        if is_local(location):
+            yield Path(location.path)
+            return
+        with tempfile.TemporaryDirectory(prefix="ego-read-") as tmp_name:
+            tmp = Path(tmp_name) / location.name
+            location.fs.get_file(location.path, str(tmp))
             yield tmp
 
 

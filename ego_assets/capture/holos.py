@@ -315,7 +315,8 @@ def _camera_frames(r: _Reader, camera: str) -> tuple[Stream, np.ndarray]:
             column_block(table, POSE_COLUMNS[1:4]), column_block(table, POSE_COLUMNS[4:8])
         ),
     }
-    attrs: dict[str, AttrValue] = {"media": camera, "source_file": rel}
+    # the frames CSV gives ARKit camera poses: x right, y up, looking along -z
+    attrs: dict[str, AttrValue] = {"media": camera, "source_file": rel, "camera_axes": "arkit"}
     stream = r.stream(f"{camera}_frames", "media_frames", r.times(rel, table), fields, attrs)
     return stream, intrinsics
 

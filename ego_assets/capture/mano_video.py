@@ -129,7 +129,7 @@ def read_mano_video(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajector
                 "intrinsics": camera["intrinsics"].astype(np.float64),
                 "world_to_camera": camera["world_to_camera"].astype(np.float64),
             },
-            {"media": "video", "source_file": FRAMES_FILE},
+            {"media": "video", "source_file": FRAMES_FILE, "camera_axes": "opencv"},
         )
     )
     media = [

@@ -396,7 +396,7 @@ def _camera_frames(
         slot_timestamps_ns(session.time_origin_epoch_ms, t_ms),
         start_ns,
         fields,
-        {"media": CAMERA_ROLE, "source_file": FRAMES_FILE},
+        {"media": CAMERA_ROLE, "source_file": FRAMES_FILE, "camera_axes": "opencv"},
     )
 
 
