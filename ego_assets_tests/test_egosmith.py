@@ -1,0 +1,348 @@
+"""EgoSmith WebDataset export: every source kind, read back with the webdataset library.
+
+One small synthetic capture per kind (2 s, 60 frames) and the real Aria MPS sample go
+through ingest and normalize once per module; each test then checks what the export wrote
+against the stored trajectory, computed here independently of the writer.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import simplejpeg
+import webdataset as wds
+from scipy.spatial.transform import Rotation
+
+from ego_assets import pipeline
+from ego_assets.capture.manifest import write_marker
+from ego_assets.defs.demo import aria_fixture_dir
+from ego_assets.formats import egosmith_constants as C
+from ego_assets.formats.egosmith_export import (
+    dataset_path,
+    episode_path,
+    export_episode,
+    pack_dataset,
+    stored_episode,
+)
+from ego_assets.formats.egosmith_loader import split_shards, window_dataset
+from ego_assets.formats.egosmith_reader import iter_shard, validate_path
+from ego_assets.formats.egosmith_webdataset import EgoSmithOptions, parse_key
+from ego_assets.storage import Storage
+from ego_assets.synth import synthesize
+from ego_assets.synth.video import WRIST_RGB
+from ego_assets.trajectory.joints import FINGERTIPS
+from ego_assets.trajectory.store import read_trajectory
+
+# capture key -> (kind, faults); episode numbers are assigned in this order.
+CAPTURES = {
+    "xr": ("webxr", ()),
+    "mano": ("mano-video", ()),
+    "vp": ("holos-visionpro", ()),
+    "phone": ("holos-iphone", ()),
+    "xr-dropout": ("webxr", ("dropout", "dropped_video_frames")),
+}
+EPISODES = {key: 10 + i for i, key in enumerate([*CAPTURES, "aria"])}
+OPTIONS = EgoSmithOptions(shard_bytes=400_000, export_depth=True, val_fraction=0.3)
+TOL = dict(rtol=1e-6, atol=2e-6)  # float32 rounding of metre-scale values
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Storage:
+    root = tmp_path_factory.mktemp("egosmith")
+    storage = Storage(root)
+    for seed, (key, (kind, faults)) in enumerate(CAPTURES.items()):
+        synthesize(
+            kind,
+            storage.landing / key,
+            seconds=2,
+            seed=seed,
+            faults=faults,
+            capture_id=key,
+            depth=kind == "mano-video",
+        )
+    shutil.copytree(aria_fixture_dir(), root / "landing" / "aria")
+    write_marker(root / "landing" / "aria", "aria_mps")
+    for key in EPISODES:
+        pipeline.ingest_raw(storage, key)
+        pipeline.normalize(storage, key)
+        export_episode(storage, key, EPISODES[key], OPTIONS)
+    return storage
+
+
+def _folder(store: Storage, key: str) -> Path:
+    return Path(episode_path(store, key).path)
+
+
+def _shards(store: Storage, key: str) -> list[str]:
+    return [str(p) for p in sorted(_folder(store, key).glob("shard-*.tar"))]
+
+
+def _trajectory(store: Storage, key: str):
+    return read_trajectory(Path(store.stage_path("trajectory", key).path))
+
+
+def _wds_samples(urls: list[str]) -> list[dict]:
+    return list(wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode())
+
+
+def _nearest(source_time: np.ndarray, target_time: np.ndarray) -> np.ndarray:
+    return np.abs(source_time[None, :] - target_time[:, None]).argmin(axis=1)
+
+
+@pytest.mark.parametrize("key", list(CAPTURES))
+def test_webdataset_reads_every_sample_of_every_shard(store, key):
+    frames = next(s for s in _trajectory(store, key).streams if s.name.endswith("frames"))
+    summary = stored_episode(store, key)
+    assert summary is not None and summary.status == "written"
+    samples = _wds_samples(_shards(store, key))
+    assert len(samples) == summary.samples == len(frames)
+    assert len(summary.shards) >= 2  # 60 frames do not fit one 400 kB shard
+    for sample in samples:
+        assert {"image.jpg", "lowdim.npy", "mano.npy", "meta.json"} <= set(sample)
+        dataset, _, frame = parse_key(sample["__key__"])
+        meta = sample["meta.json"]
+        assert set(C.META_FIELDS) <= set(meta)
+        assert (meta["dataset_name"], meta["episode_index"], meta["frame_index"]) == (
+            dataset,
+            EPISODES[key],
+            frame,
+        )
+        assert sample["lowdim.npy"].dtype == np.float32 and sample["lowdim.npy"].shape == (116,)
+        assert meta["lowdim_schema"] == "hawor_wrist_world_v2"
+        assert meta["wrist_translation_semantics"] == "mano_joint_0_world"
+        assert meta["camera_extrinsic_convention"] == "w2c"
+        assert meta["instruction_num"] == len(meta["instruction"]) > 0
+        assert meta["language"] == meta["instruction"][-1]
+    frame_numbers = [parse_key(s["__key__"])[2] for s in samples]
+    np.testing.assert_array_equal(frame_numbers, frames.fields["frame_index"])
+    assert validate_path(_folder(store, key)).ok
+
+
+def test_tar_members_are_plain_files_with_safe_names(store):
+    for key in CAPTURES:
+        for shard in _shards(store, key):
+            with tarfile.open(shard) as tar:
+                for info in tar.getmembers():
+                    assert info.isfile() and not info.issym() and not info.islnk()
+                    assert "/" not in info.name and not info.name.startswith(".")
+                    assert ".." not in info.name and info.mode == 0o444
+                    stem, _, ext = info.name.partition(".")
+                    parse_key(stem)
+                    assert ext in C.EXTENSIONS
+
+
+def test_mano_source_lowdim_and_mano_equal_the_trajectory(store):
+    traj = _trajectory(store, "mano")
+    frames = traj.stream("video_frames")
+    samples = _wds_samples(_shards(store, "mano"))
+    lowdim = np.stack([s["lowdim.npy"] for s in samples])
+    presence = np.array([s["meta.json"]["presence"] for s in samples])
+    for h, side in enumerate(C.HANDS):
+        mano = traj.stream(f"mano_{side}")
+        rows = _nearest(mano.time, frames.time)
+        present = mano.fields["valid_detected"][rows]
+        assert present.any()
+        bit = C.PRESENCE_LEFT if side == "left" else C.PRESENCE_RIGHT
+        np.testing.assert_array_equal((presence & bit) > 0, present)
+        trans = C.LEFT_TRANS if side == "left" else C.RIGHT_TRANS
+        rot = C.LEFT_ROT6D if side == "left" else C.RIGHT_ROT6D
+        tips = C.LEFT_TIPS if side == "left" else C.RIGHT_TIPS
+        joints = mano.fields["joints"][rows]
+        matrix = Rotation.from_rotvec(mano.fields["global_orient"][rows]).as_matrix()
+        want_rot6d = np.concatenate([matrix[:, :, 0], matrix[:, :, 1]], axis=1)
+        want_tips = joints[:, list(FINGERTIPS["mano21"])].reshape(-1, 15)
+        ws = lowdim[:, C.WRIST_STATE]
+        np.testing.assert_allclose(ws[present, trans], joints[present, 0], **TOL)
+        np.testing.assert_allclose(ws[present, rot], want_rot6d[present], **TOL)
+        np.testing.assert_allclose(
+            lowdim[present, C.HAND_STATE][:, tips], want_tips[present], **TOL
+        )
+        mano_rows = np.stack([s["mano.npy"] for s in samples])[:, h]
+        want = np.concatenate(
+            [
+                mano.fields["transl"][rows],
+                mano.fields["global_orient"][rows],
+                mano.fields["hand_pose"][rows],
+                mano.fields["betas"][rows],
+            ],
+            axis=1,
+        )
+        np.testing.assert_allclose(mano_rows, want, **TOL)
+    np.testing.assert_allclose(
+        lowdim[:, C.EXTRINSIC], frames.fields["world_to_camera"].reshape(-1, 16), **TOL
+    )
+    np.testing.assert_allclose(lowdim[:, C.INTRINSIC], frames.fields["intrinsics"], **TOL)
+    assert samples[0]["meta.json"]["mano_source"] == "mano"
+
+
+@pytest.mark.parametrize(
+    ("key", "stream", "joint_set"),
+    [
+        ("xr", "hand_{side}", "webxr25"),
+        ("vp", "hand_{side}_world", "arkit27"),
+        ("phone", "hand_{side}_landmarks_3d", "vision21"),
+    ],
+)
+def test_skeleton_wrist_and_fingertips_equal_the_trajectory(store, key, stream, joint_set):
+    traj = _trajectory(store, key)
+    frames = next(s for s in traj.streams if s.kind == "media_frames")
+    samples = _wds_samples(_shards(store, key))
+    lowdim = np.stack([s["lowdim.npy"] for s in samples])
+    presence = np.array([s["meta.json"]["presence"] for s in samples])
+    for side in C.HANDS:
+        hand = traj.stream(stream.format(side=side))
+        rows = _nearest(hand.time, frames.time)
+        bit = C.PRESENCE_LEFT if side == "left" else C.PRESENCE_RIGHT
+        present = (presence & bit) > 0
+        assert present.mean() > 0.8
+        assert hand.fields["hand_valid"][rows][present].all()
+        pos = hand.fields["position"][rows]
+        trans = C.LEFT_TRANS if side == "left" else C.RIGHT_TRANS
+        tips = C.LEFT_TIPS if side == "left" else C.RIGHT_TIPS
+        np.testing.assert_allclose(lowdim[present, C.WRIST_STATE][:, trans], pos[present, 0], **TOL)
+        want_tips = pos[:, list(FINGERTIPS[joint_set])].reshape(-1, 15)
+        np.testing.assert_allclose(
+            lowdim[present, C.HAND_STATE][:, tips], want_tips[present], **TOL
+        )
+        rot = lowdim[present, C.WRIST_STATE][:, C.LEFT_ROT6D if side == "left" else C.RIGHT_ROT6D]
+        x, y = rot[:, :3], rot[:, 3:]
+        np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(np.sum(x * y, axis=1), 0.0, atol=1e-5)
+        if "rotation" in hand.fields:  # the knuckle frame agrees with the recorded wrist axes
+            recorded = Rotation.from_quat(hand.fields["rotation"][rows][present, 0]).as_matrix()
+            derived = np.stack([x, y, np.cross(x, y)], axis=-1)
+            angle = Rotation.from_matrix(np.einsum("nji,njk->nik", recorded, derived)).magnitude()
+            assert np.degrees(angle).max() < 25
+
+
+def test_absent_hands_are_zero_and_actions_are_next_states(store):
+    samples = _wds_samples(_shards(store, "xr-dropout"))
+    lowdim = np.stack([s["lowdim.npy"] for s in samples])
+    presence = np.array([s["meta.json"]["presence"] for s in samples])
+    assert (presence != 3).any() and (presence == 3).any()
+    left_absent = (presence & C.PRESENCE_LEFT) == 0
+    assert not lowdim[left_absent, C.WRIST_STATE][:, C.LEFT_TRANS].any()
+    np.testing.assert_array_equal(lowdim[:-1, C.ACTION], lowdim[1:, C.STATE])
+    np.testing.assert_array_equal(lowdim[-1, C.ACTION], lowdim[-1, C.STATE])
+    assert [s["meta.json"]["last_frame"] for s in samples].count(True) == 1
+    frames = [parse_key(s["__key__"])[2] for s in samples]
+    assert np.diff(frames).max() > 1  # dropped frames keep their own numbers
+
+
+def _decoded_video(store: Storage, key: str, rel: str) -> np.ndarray:
+    path = Path(store.stage_path("raw", key).path) / rel
+    with av.open(str(path)) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+
+
+@pytest.mark.parametrize(("key", "video"), [("mano", "video.mp4"), ("vp", "media/camera_left.mov")])
+def test_images_show_the_frame_they_claim(store, key, video):
+    decoded = _decoded_video(store, key, video).astype(np.int16)
+    samples = _wds_samples(_shards(store, key))
+    for i, sample in enumerate(samples[::7]):
+        image = simplejpeg.decode_jpeg(sample["image.jpg"])
+        errors = np.abs(decoded - image.astype(np.int16)).mean(axis=(1, 2, 3))
+        assert errors.argmin() == i * 7 and errors.min() < 3.0
+        # the wrist drawn in the video sits where lowdim's camera puts the exported wrist
+        lowdim, presence = sample["lowdim.npy"], sample["meta.json"]["presence"]
+        w2c = lowdim[C.EXTRINSIC].reshape(4, 4).astype(np.float64)
+        fx, fy, cx, cy = lowdim[C.INTRINSIC]
+        for bit, side, trans in (
+            (C.PRESENCE_LEFT, "left", C.LEFT_TRANS),
+            (C.PRESENCE_RIGHT, "right", C.RIGHT_TRANS),
+        ):
+            if not presence & bit:
+                continue
+            cam = w2c[:3, :3] @ lowdim[C.WRIST_STATE][trans] + w2c[:3, 3]
+            u, v = round(fx * cam[0] / cam[2] + cx), round(fy * cam[1] / cam[2] + cy)
+            if 2 <= u < image.shape[1] - 2 and 2 <= v < image.shape[0] - 2 and cam[2] > 0:
+                colour = image[v - 1 : v + 2, u - 1 : u + 2].reshape(-1, 3).mean(axis=0)
+                assert np.abs(colour - WRIST_RGB[side]).max() < 40, (i, side, colour)
+
+
+def test_depth_is_written_in_metres_with_its_schema(store):
+    samples = list(iter_shard(Path(_shards(store, "mano")[0])))
+    with np.load(Path(store.stage_path("raw", "mano").path) / "depth.npz") as npz:
+        depth = npz["depth"]
+    for i, sample in enumerate(samples):
+        assert sample.meta["depth_schema"] == C.DEPTH_SCHEMA
+        assert sample.meta["depth_encoding"] == C.DEPTH_ENCODING
+        np.testing.assert_array_equal(sample.depth, depth[i].astype(np.float32))
+    xr = next(iter_shard(Path(_shards(store, "xr")[0])))
+    assert xr.depth is None and "depth_schema" not in xr.meta
+
+
+def test_capture_without_head_camera_is_recorded_as_skipped(store):
+    summary = stored_episode(store, "aria")
+    assert summary is not None and summary.status == "skipped"
+    assert "no head-camera video" in summary.reason
+    assert _shards(store, "aria") == []
+
+
+def test_rerun_reuses_a_finished_episode(store):
+    before = (_folder(store, "xr") / "episode.json").stat().st_mtime_ns
+    result = export_episode(store, "xr", EPISODES["xr"], OPTIONS)
+    assert result.reused
+    assert (_folder(store, "xr") / "episode.json").stat().st_mtime_ns == before
+
+
+def test_validator_finds_a_changed_shard(store, tmp_path):
+    copy = tmp_path / "xr"
+    shutil.copytree(_folder(store, "xr"), copy)
+    shard = sorted(copy.glob("shard-*.tar"))[0]
+    data = bytearray(shard.read_bytes())
+    data[700] ^= 0xFF  # inside the first member's bytes
+    shard.write_bytes(bytes(data))
+    report = validate_path(copy)
+    assert not report.ok
+    assert any("SHA-256" in e for e in report.errors)
+
+
+def test_packed_dataset_splits_by_episode_and_lists_every_shard(store):
+    result = pack_dataset(store, OPTIONS)
+    manifest = result.manifest
+    folder = Path(dataset_path(store).path)
+    assert json.loads((folder / "manifest.json").read_text()) == manifest
+    written = [k for k in CAPTURES]
+    assert {e["capture_id"] for e in manifest["episodes"]} == set(written)
+    assert manifest["skipped"] == [
+        {"capture_id": "aria", "reason": stored_episode(store, "aria").reason}
+    ]
+    assert manifest["splits"]["val"]["episodes"] >= 1
+    assert manifest["samples"] == sum(stored_episode(store, k).samples for k in written)
+    by_split: dict[str, set[int]] = {"train": set(), "val": set()}
+    for split in ("train", "val"):
+        for sample in _wds_samples(split_shards(folder, split)):
+            assert sample["meta.json"]["split"] == split
+            by_split[split].add(sample["meta.json"]["episode_index"])
+    assert by_split["train"] and by_split["val"] and not by_split["train"] & by_split["val"]
+    report = validate_path(folder)
+    assert report.ok, report.errors
+    assert report.samples == manifest["samples"]
+    again = pack_dataset(store, OPTIONS)
+    assert again.reused
+
+
+def test_loader_windows_never_cross_episodes(store):
+    urls = [s for k in ("xr", "mano") for s in _shards(store, k)]
+    windows = list(window_dataset(urls, state_horizon=2, action_horizon=4, images=True))
+    states = {parse_key(s["__key__"])[1:]: s["lowdim.npy"][C.STATE] for s in _wds_samples(urls)}
+    # per episode: N frames give N - (2 + 4 - 1) + 1 windows
+    assert len(windows) == 2 * (60 - 5 + 1)
+    for w in windows:
+        assert w["state"].shape == (2, 48) and w["action"].shape == (4, 48)
+        assert w["image"].shape == (2, 240, 320, 3)
+        assert (np.diff(w["frame_index"]) == 1).all()
+        _, episode, frame = parse_key(w["__key__"])
+        assert episode == w["episode_index"] and frame == w["frame_index"][1]
+        np.testing.assert_array_equal(w["state"][1], states[(episode, frame)])
+        last = max(f for e, f in states if e == episode)
+        for j in range(4):  # action j = state of frame t + 1 + j (the last frame holds)
+            want = states[(episode, min(frame + 1 + j, last))]
+            np.testing.assert_array_equal(w["action"][j], want)
