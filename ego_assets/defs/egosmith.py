@@ -1,0 +1,110 @@
+"""EgoSmith WebDataset assets: per-episode shards and the packed dataset.
+
+* ``egosmith_shards`` (per capture): quality gate first (`pipeline.require_export_gate`),
+  then `egosmith_export.export_episode` with the capture's stable episode index from the
+  shared registry. A capture without a head camera is materialized as ``skipped`` with
+  the reason in its metadata; it does not fail.
+* ``egosmith_dataset`` (unpartitioned): packs every exported episode into the final
+  shards with a train/val split by episode and a SHA-256 manifest; one writer at a time.
+"""
+
+from collections.abc import Iterator
+
+import dagster as dg
+from pydantic import Field
+
+from ego_assets import pipeline
+from ego_assets.defs.aggregates import AGGREGATES_GROUP
+from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
+from ego_assets.defs.ingest import trajectory
+from ego_assets.defs.k8s import k8s_resources
+from ego_assets.defs.partitions import captures_partitions
+from ego_assets.defs.pools import SINGLE_WRITER_POOL
+from ego_assets.defs.quality import quality_report
+from ego_assets.defs.resources import StorageResource
+from ego_assets.episode_index import EpisodeIndexRegistry
+from ego_assets.formats import egosmith_webdataset as egosmith
+from ego_assets.formats.egosmith_export import export_episode, pack_dataset
+
+EXPORTS_GROUP = "exports"
+# Decodes one video and JPEG-encodes it frame by frame: CPU bound, one frame in memory.
+EGOSMITH_TAGS = k8s_resources("1", "2Gi")
+
+
+class EgoSmithConfig(dg.Config):
+    """Export options (`egosmith_webdataset.EgoSmithOptions`); same for both assets."""
+
+    dataset_name: str = Field(default="", description="sample key prefix; empty: the capture's")
+    shard_bytes: int = Field(default=egosmith.DEFAULT_SHARD_BYTES, description="target shard size")
+    jpeg_quality: int = Field(default=egosmith.DEFAULT_JPEG_QUALITY, description="1-100")
+    export_depth: bool = Field(default=False, description="write depth.npy when there is depth")
+    val_fraction: float = Field(default=0.1, description="share of episodes in the val split")
+
+    def options(self) -> egosmith.EgoSmithOptions:
+        return egosmith.EgoSmithOptions(
+            dataset_name=self.dataset_name,
+            shard_bytes=self.shard_bytes,
+            jpeg_quality=self.jpeg_quality,
+            export_depth=self.export_depth,
+            val_fraction=self.val_fraction,
+        )
+
+
+@dg.asset(
+    partitions_def=captures_partitions,
+    backfill_policy=backfill_policy,
+    deps=[trajectory, quality_report],
+    group_name=EXPORTS_GROUP,
+    kinds={"python", "files"},
+    code_version=egosmith.WRITER_VERSION,
+    op_tags=EGOSMITH_TAGS,
+    description=(
+        "EgoSmith WebDataset samples of one episode (image.jpg, lowdim.npy, mano.npy, "
+        "meta.json per head-camera frame) in tar shards + episode.json; skipped (with the "
+        "reason) when the capture has no head camera."
+    ),
+)
+def egosmith_shards(
+    context: dg.AssetExecutionContext, storage: StorageResource, config: EgoSmithConfig
+) -> Iterator[AssetEvent]:
+    store = storage.get_storage()
+    registry = EpisodeIndexRegistry(store)
+    options = config.options()
+
+    def step(key: str) -> pipeline.StepResult:
+        pipeline.require_export_gate(store, key)
+        return export_episode(store, key, registry.index_for(key), options)
+
+    yield from materialize_each(context, step)
+
+
+@dg.asset(
+    deps=[dg.AssetDep(egosmith_shards, partition_mapping=dg.AllPartitionMapping())],
+    group_name=AGGREGATES_GROUP,
+    kinds={"python", "files"},
+    code_version=egosmith.WRITER_VERSION,
+    pool=SINGLE_WRITER_POOL,
+    description=(
+        "The EgoSmith WebDataset: every exported episode packed into shard-NNNNNN.tar "
+        "(train then val, split by episode) with manifest.json (shards, samples, episodes, "
+        "SHA-256)."
+    ),
+)
+def egosmith_dataset(storage: StorageResource, config: EgoSmithConfig) -> dg.MaterializeResult:
+    result = pack_dataset(storage.get_storage(), config.options())
+    manifest = result.manifest
+    return dg.MaterializeResult(
+        metadata={
+            "uri": dg.MetadataValue.path(result.uri),
+            "shards": len(manifest["shards"]),
+            "samples": manifest["samples"],
+            "episodes": len(manifest["episodes"]),
+            "train_episodes": manifest["splits"]["train"]["episodes"],
+            "val_episodes": manifest["splits"]["val"]["episodes"],
+            "skipped_episodes": dg.MetadataValue.json(manifest["skipped"]),
+            "reused": result.reused,
+        }
+    )
+
+
+EGOSMITH_ASSETS = [egosmith_shards, egosmith_dataset]
