@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tarfile
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from upath import UPath
 
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
+from ego_assets.formats.egosmith_reader import Report, raw_samples
 from ego_assets.formats.egosmith_webdataset import (
     EPISODE_FILE,
     FORMAT,
@@ -190,35 +190,21 @@ def assign_splits(episodes: list[EpisodeSummary], val_fraction: float) -> dict[s
     return splits
 
 
-def _episode_samples(folder: Path, summary: EpisodeSummary) -> Iterator[tuple[str, list]]:
-    """(key, [(extension, bytes)...]) of every sample of an episode folder, in order."""
+def _episode_samples(folder: Path, summary: EpisodeSummary) -> Iterator[tuple[str, dict]]:
+    """(key, {extension: bytes}) of every sample of an episode folder, in order."""
     for shard in summary.shards:
-        with tarfile.open(folder / shard["name"], mode="r|") as tar:
-            key, members = "", list[tuple[str, bytes]]()
-            for info in tar:
-                if not info.isfile():
-                    raise ValueError(f"{folder.name}/{shard['name']}: {info.name!r} is not a file")
-                stem, _, ext = info.name.partition(".")
-                if stem != key and members:
-                    yield key, members
-                    members = []
-                key = stem
-                fh = tar.extractfile(info)
-                assert fh is not None
-                members.append((ext, fh.read()))
-            if members:
-                yield key, members
+        report = Report(str(folder / shard["name"]))
+        yield from raw_samples(folder / shard["name"], report)
+        if report.errors:
+            raise ValueError(f"episode {summary.capture_id!r}: {report.errors[0]}")
 
 
-def _with_split(members: list, split: str) -> list:
-    out = []
-    for ext, data in members:
-        if ext == "meta.json":
-            meta = json.loads(data)
-            meta["split"] = split
-            data = json.dumps(meta, sort_keys=True).encode()
-        out.append((ext, data))
-    return out
+def _with_split(members: dict[str, bytes], split: str) -> list[tuple[str, bytes]]:
+    """The sample's members in writing order, its meta.json carrying ``split``."""
+    meta = json.loads(members["meta.json"])
+    meta["split"] = split
+    members = {**members, "meta.json": json.dumps(meta, sort_keys=True).encode()}
+    return [(ext, members[ext]) for ext in C.EXTENSIONS if ext in members]
 
 
 def pack_dataset(storage: Storage, options: EgoSmithOptions | None = None) -> PackResult:

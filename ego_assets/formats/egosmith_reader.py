@@ -74,8 +74,12 @@ class Report:
             self.errors.append(text)
 
 
-def _raw_samples(shard: Path, report: Report) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """(key, {extension: bytes}) per sample of a shard, checking member names and types."""
+def raw_samples(shard: Path, report: Report) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """(key, {extension: bytes}) per sample of a shard, in file order (streaming).
+
+    Members that are not plain files, have unsafe names or unknown extensions are
+    reported into ``report`` and left out.
+    """
     with tarfile.open(shard, mode="r|") as tar:
         key, members = "", dict[str, bytes]()
         for info in tar:
@@ -131,7 +135,7 @@ def decode_sample(key: str, members: dict[str, bytes]) -> Sample:
 def iter_shard(shard: Path) -> Iterator[Sample]:
     """Decoded samples of one shard, in file order (raises on the first problem)."""
     report = Report(str(shard))
-    for key, members in _raw_samples(Path(shard), report):
+    for key, members in raw_samples(Path(shard), report):
         if report.errors:
             raise ValueError(report.errors[0])
         yield decode_sample(key, members)
@@ -205,7 +209,7 @@ def validate_shard(shard: Path, report: Report) -> None:
     report.shards.append(Path(shard).name)
     prev: Sample | None = None
     try:
-        for key, members in _raw_samples(Path(shard), report):
+        for key, members in raw_samples(Path(shard), report):
             try:
                 sample = decode_sample(key, members)
             except ValueError as exc:
