@@ -5,6 +5,7 @@ Commands:
     convert  read one capture folder into a canonical trajectory folder
     inspect  print the streams of a trajectory folder
     demo     run the whole platform on ./data with a local Dagster instance
+    waive    let one capture through one blocking quality metric (or --revoke it)
 """
 
 from __future__ import annotations
@@ -59,6 +60,23 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.data), seconds=args.seconds)
 
 
+def _waive(args: argparse.Namespace) -> int:
+    from ego_assets.pipeline import rejudge_gate
+    from ego_assets.quality.waivers import add_waiver, revoke_waiver
+    from ego_assets.storage import Storage
+
+    storage = Storage(args.data)
+    if args.revoke:
+        revoke_waiver(storage, args.key, args.metric, args.by)
+        print(f"revoked the waiver of {args.key} for {args.metric}")
+    else:
+        add_waiver(storage, args.key, args.metric, args.reason or "", args.by)
+        print(f"waived {args.metric} on {args.key} (by {args.by}: {args.reason})")
+    gate = rejudge_gate(storage, args.key)
+    print(gate.summary() if gate else f"{args.key}: no quality gate yet; its next run applies it")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ego-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -87,6 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--data", default="data")
     demo.add_argument("--seconds", type=float, default=8.0, help="synthetic capture length")
     demo.set_defaults(func=_demo)
+
+    waive = sub.add_parser("waive", help="waive (or revoke) one blocking metric of a capture")
+    waive.add_argument("key", help="capture key")
+    waive.add_argument("metric", help="metric name, or <scope>/<name> for one scope")
+    waive.add_argument("--reason", help="why the capture may be exported anyway")
+    waive.add_argument("--by", required=True, help="who grants (or revokes) the waiver")
+    waive.add_argument("--revoke", action="store_true", help="revoke the waiver instead")
+    waive.add_argument("--data", default="data", help="data root holding waivers.json")
+    waive.set_defaults(func=_waive)
     return parser
 
 
@@ -97,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CaptureFormatError, CaptureKeyError, ValueError) as exc:
+    except (CaptureFormatError, CaptureKeyError, ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -5,8 +5,10 @@
 * `normalize`: raw copy -> canonical trajectory, skipped when the stored trajectory
   was made from the same raw content by the same normalizer version.
 * `assess_quality`: trajectory -> quality report, timeline PNG and the export gate
-  (Great Expectations results), skipped likewise when nothing changed.
+  (export policy + waivers, Great Expectations results), skipped likewise when nothing
+  changed (trajectory, quality code, policy, thresholds and the episode's waivers).
 * `require_export_gate`: what every exporter calls first.
+* `rejudge_gate`: re-decide a stored gate after its waivers changed (``ego-assets waive``).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from ego_assets.capture.files import CaptureFiles
 from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest, copy_capture
 from ego_assets.quality.expectations import run_expectations
 from ego_assets.quality.gate import GATE_FILE, Gate, require_gate
+from ego_assets.quality.policy import default_policy
 from ego_assets.quality.report import REPORT_VERSION, compute_report, write_report
 from ego_assets.quality.thresholds import default_thresholds
 from ego_assets.quality.timeline import timeline_png
-from ego_assets.storage import Storage
+from ego_assets.quality.waivers import read_waivers, waivers_digest, waivers_for
+from ego_assets.storage import Storage, write_file
 from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory, write_trajectory_files
 
 NORMALIZER_VERSION = "normalize-2"  # 2: media_frames declare camera_axes
@@ -92,15 +96,29 @@ def _trajectory_figures(header: dict) -> dict[str, float | int | str]:
 
 
 def quality_version() -> str:
-    """Code version of the quality step: report schema + thresholds version."""
-    return f"{REPORT_VERSION}+thresholds-{default_thresholds().version}"
+    """Code version of the quality step: report schema + thresholds + export policy versions.
+
+    A new policy version therefore makes every stored gate stale in Dagster (code version
+    changed) and in the pipeline (data version), so the next run decides again.
+    """
+    return (
+        f"{REPORT_VERSION}+thresholds-{default_thresholds().version}"
+        f"+policy-{default_policy().version}"
+    )
+
+
+def _quality_data_version(storage: Storage, key: str) -> tuple[str, tuple]:
+    """(data version of ``quality/<key>``, the episode's waivers)."""
+    lineage = json.loads((storage.stage_path("trajectory", key) / LINEAGE_FILE).read_text())
+    waivers = waivers_for(read_waivers(storage), key)
+    version = f"{quality_version()}:{lineage['data_version']}:waivers-{waivers_digest(waivers)}"
+    return version, waivers
 
 
 def assess_quality(storage: Storage, key: str) -> StepResult:
     """Report, timeline and gate of ``trajectory/<key>`` into ``quality/<key>``."""
     source = storage.stage_path("trajectory", key)
-    lineage = json.loads((source / LINEAGE_FILE).read_text())
-    version = f"{quality_version()}:{lineage['data_version']}"
+    version, waivers = _quality_data_version(storage, key)
     target = storage.stage_path("quality", key)
     if (target / GATE_FILE).exists():
         gate = Gate.from_json((target / GATE_FILE).read_text())
@@ -109,7 +127,7 @@ def assess_quality(storage: Storage, key: str) -> StepResult:
     with storage.read_dir(source) as folder:
         trajectory = read_trajectory(folder)
     report = compute_report(trajectory)
-    gate = Gate.build(report, run_expectations(report), version)
+    gate = Gate.build(report, run_expectations(report), version, default_policy(), waivers)
     with storage.write_dir("quality", key, index_file=GATE_FILE) as stage:
         write_report(report, stage)
         (stage / TIMELINE_FILE).write_bytes(timeline_png(trajectory, report))
@@ -119,11 +137,13 @@ def assess_quality(storage: Storage, key: str) -> StepResult:
 
 def _gate_figures(gate: Gate) -> dict[str, float | int | str]:
     return {
+        "gate": gate.summary(),
         "status": gate.status,
+        "export": gate.verdict,
         "worst_metric": gate.worst_metric,
-        "gate_passed": str(gate.passed),
-        "failed_errors": len(gate.errors),
-        "failed_warnings": len(gate.warnings),
+        "policy_version": gate.policy_version,
+        "blocking_reasons": len(gate.reasons),
+        "waived_metrics": len(gate.waived),
     }
 
 
@@ -135,6 +155,23 @@ def stored_gate(storage: Storage, key: str) -> Gate | None:
     return Gate.from_json(path.read_text())
 
 
-def require_export_gate(storage: Storage, key: str) -> Gate:
-    """The gate of ``key``; raises `ExportBlockedError` unless its ERROR checks passed."""
-    return require_gate(stored_gate(storage, key), key)
+def require_export_gate(storage: Storage, key: str, export: str | None = None) -> Gate:
+    """The gate of ``key``; raises `ExportBlockedError` (naming the policy's reasons) unless
+    the export policy, after waivers, allows ``export`` (None: every export)."""
+    return require_gate(stored_gate(storage, key), key, export)
+
+
+def rejudge_gate(storage: Storage, key: str) -> Gate | None:
+    """Decide the stored gate of ``key`` again with its current waivers.
+
+    Only the waivers changed, so the findings (report + policy) are reused and only
+    ``gate.json`` is rewritten, with the new data version: the next quality run finds it
+    current. None when ``key`` has no gate yet (its first quality run applies the waivers).
+    """
+    gate = stored_gate(storage, key)
+    if gate is None:
+        return None
+    version, waivers = _quality_data_version(storage, key)
+    new = gate.with_waivers(waivers, version)
+    write_file(storage.stage_path("quality", key) / GATE_FILE, new.to_json().encode("utf-8"))
+    return new

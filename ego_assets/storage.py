@@ -39,7 +39,7 @@ from typing import Any
 from upath import UPath
 
 from ego_assets.keys import validate_capture_key
-from ego_assets.trajectory.store import atomic_directory
+from ego_assets.trajectory.store import atomic_directory, write_file_atomic
 
 STAGES = ("raw", "trajectory", "quality", "exports", "catalog")
 LOCAL_PROTOCOLS = ("", "file", "local")
@@ -188,3 +188,12 @@ def download_tree(location: UPath, local: Path) -> None:
     for rel in rels:
         (local / rel).parent.mkdir(parents=True, exist_ok=True)
     location.fs.get([files[rel] for rel in rels], [str(local / rel) for rel in rels])
+
+
+def write_file(path: UPath, data: bytes) -> None:
+    """Replace one file whole: local, temp file + rename; S3, one PUT (objects are whole)."""
+    if is_local(path):
+        Path(path.path).parent.mkdir(parents=True, exist_ok=True)
+        write_file_atomic(Path(path.path), data)
+    else:
+        path.write_bytes(data)

@@ -138,7 +138,7 @@ def test_uploaded_capture_is_registered_and_fully_materialized_by_daemon_and_sen
         # A clean 2 s capture: only its short duration is flagged (warn, exports allowed).
         assert metadata["status"].value == "warn"
         assert metadata["worst_metric"].value == "episode/duration_s"
-        assert metadata["duration_s"].value == pytest.approx(2.0, abs=0.1)
+        assert metadata["duration (s)"].value == pytest.approx(2.0, abs=0.1)
 
         check_key = dg.AssetCheckKey(dg.AssetKey("quality_report"), GX_CHECK)
         records = instance.event_log_storage.get_latest_asset_check_execution_by_key([check_key])

@@ -1,4 +1,4 @@
-"""The quality gate in Dagster: blocked episodes never reach downstream assets."""
+"""The export gate in Dagster: blocked episodes are never exported, and nothing fails."""
 
 import shutil
 from collections.abc import Iterator
@@ -10,8 +10,9 @@ from ego_assets import pipeline
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.partitions import captures_partitions
-from ego_assets.defs.quality import GX_CHECK, quality_report
+from ego_assets.defs.quality import EXPORT_GATE_CHECK, quality_report
 from ego_assets.defs.resources import StorageResource
+from ego_assets.quality.waivers import add_waiver
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 
@@ -20,7 +21,10 @@ RANGE_END = "dagster/asset_partition_range_end"
 
 
 @dg.asset(
-    partitions_def=captures_partitions, deps=[quality_report], backfill_policy=backfill_policy
+    partitions_def=captures_partitions,
+    deps=[quality_report],
+    backfill_policy=backfill_policy,
+    output_required=False,
 )
 def downstream_export(
     context: dg.AssetExecutionContext, storage: StorageResource
@@ -71,40 +75,86 @@ def _materialized(result) -> set[str]:
     return {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
 
 
-def test_failing_check_skips_downstream_of_that_episode(tmp_path, landing):
+def _check_records(instance, partition):
+    key = dg.AssetCheckKey(dg.AssetKey("quality_report"), EXPORT_GATE_CHECK)
+    records = instance.event_log_storage.get_asset_check_execution_history(key, limit=20)
+    return [r for r in records if r.partition == partition]
+
+
+def test_blocked_episode_is_a_failed_gate_check_not_a_failed_run(tmp_path, landing):
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("captures", ["a-clean", "b-lost"])
         bad = _run(tmp_path, landing, instance, partition_key="b-lost")
+        assert bad.success  # an intended block: no step failure, no stack trace
+        assert not any(e.is_step_failure for e in bad.all_events)
         assert _materialized(bad) == {"raw_capture", "trajectory", "quality_report"}
         (evaluation,) = bad.get_asset_check_evaluations()
-        assert evaluation.check_name == GX_CHECK and not evaluation.passed
+        assert evaluation.check_name == EXPORT_GATE_CHECK and not evaluation.passed
         assert evaluation.severity == dg.AssetCheckSeverity.ERROR
-        assert evaluation.metadata["blocked_episodes"].value == ["b-lost"]
+        assert evaluation.partition == "b-lost"
+        assert evaluation.description.startswith("quality: fail — export: blocked (")
+        assert "hand:left/tracking_loss_ratio = 1 (fail > 0.5)" in evaluation.description
+        assert evaluation.metadata["export"].value == "blocked"
+        assert evaluation.metadata["policy version"].value == 1
         good = _run(tmp_path, landing, instance, partition_key="a-clean")
         assert good.success
         assert "downstream_export" in _materialized(good)
         (ok,) = good.get_asset_check_evaluations()
-        assert ok.passed
+        assert ok.passed and ok.partition == "a-clean"
+        assert ok.description == "quality: pass — export: allowed"
     assert (tmp_path / "exports" / "a-clean" / "export.txt").exists()
     assert not (tmp_path / "exports" / "b-lost").exists()
     gate = pipeline.stored_gate(Storage(tmp_path), "b-lost")
-    assert gate is not None and not gate.passed
-    assert any("tracked" in o.description for o in gate.errors)
+    assert gate is not None and not gate.passed and gate.blocked_exports
+    assert gate.reasons[0] == "hand:left/tracking_loss_ratio = 1 (fail > 0.5)"
 
 
-def test_ranged_run_gates_per_episode_so_the_clean_one_is_exported(tmp_path, landing):
+def test_a_waiver_lets_the_episode_through_on_the_next_run(tmp_path, landing):
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("captures", ["b-lost"])
+        _run(tmp_path, landing, instance, partition_key="b-lost")
+        store = Storage(tmp_path)
+        gate = pipeline.stored_gate(store, "b-lost")
+        assert gate is not None
+        for finding in gate.findings:
+            if finding.blocking:
+                add_waiver(store, "b-lost", finding.metric, "left hand is out of the task", "qa")
+        rejudged = pipeline.rejudge_gate(store, "b-lost")
+        assert rejudged is not None and rejudged.passed
+        assert rejudged.summary().startswith("quality: fail — export: allowed (waived: ")
+        again = _run(tmp_path, landing, instance, partition_key="b-lost")
+        assert again.success and "downstream_export" in _materialized(again)
+        (evaluation,) = again.get_asset_check_evaluations()
+        assert evaluation.passed
+        assert evaluation.metadata["waivers"].value[0]["by"] == "qa"
+        quality = next(
+            e
+            for e in again.get_asset_materialization_events()
+            if e.asset_key.path[-1] == "quality_report"
+        )
+        assert quality.materialization.metadata["reused"].value is True  # rejudged in place
+    assert (tmp_path / "exports" / "b-lost" / "export.txt").exists()
+
+
+def test_ranged_run_gates_per_episode_and_records_each_partition(tmp_path, landing):
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("captures", ["a-clean", "b-lost"])
         result = _run(
             tmp_path, landing, instance, tags={RANGE_START: "a-clean", RANGE_END: "b-lost"}
         )
+        assert result.success
         (evaluation,) = result.get_asset_check_evaluations()
         assert evaluation.severity == dg.AssetCheckSeverity.WARN
-        assert evaluation.metadata["blocked_episodes"].value == ["b-lost"]
-        failure = next(e for e in result.all_events if e.is_step_failure)
-        assert failure.step_key == "downstream_export"
-        assert "b-lost" in failure.step_failure_data.error.message
-        assert "blocked by failed expectations" in failure.step_failure_data.error.message
+        assert evaluation.metadata["blocked episodes"].value == ["b-lost"]
+        assert [r.status.value for r in _check_records(instance, "b-lost")][:1] == ["FAILED"]
+        assert [r.status.value for r in _check_records(instance, "a-clean")][:1] == ["SUCCEEDED"]
+        exports = [
+            e
+            for e in result.get_asset_materialization_events()
+            if e.asset_key.path[-1] == "downstream_export"
+        ]
+        blocked = next(e for e in exports if e.partition == "b-lost")
+        assert blocked.materialization.metadata["export"].value == "blocked"
     assert (tmp_path / "exports" / "a-clean" / "export.txt").exists()
     assert not (tmp_path / "exports" / "b-lost").exists()
     for key in ("a-clean", "b-lost"):
@@ -112,7 +162,7 @@ def test_ranged_run_gates_per_episode_so_the_clean_one_is_exported(tmp_path, lan
         assert (tmp_path / "quality" / key / "timeline.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_quality_metadata_has_key_figures_and_the_timeline(tmp_path, landing):
+def test_quality_metadata_is_rounded_unit_labelled_with_the_timeline_first(tmp_path, landing):
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("captures", ["a-clean"])
         result = _run(tmp_path, landing, instance, partition_key="a-clean")
@@ -122,7 +172,10 @@ def test_quality_metadata_has_key_figures_and_the_timeline(tmp_path, landing):
             if e.asset_key.path[-1] == "quality_report"
         )
         md = event.materialization.metadata
-        assert md["status"].value == "pass"
-        assert md["duration_s"].value == pytest.approx(6.0, abs=0.1)
+        assert next(iter(md)) == "timeline"
         assert md["timeline"].value.startswith("![timeline of a-clean](data:image/png;base64,")
-        assert md["gate_passed"].value == "True"
+        assert md["gate"].value == "quality: pass — export: allowed"
+        assert md["duration (s)"].value == pytest.approx(6.0, abs=0.1)
+        for value in md.values():
+            if isinstance(value, dg.FloatMetadataValue) and value.value:
+                assert len(f"{abs(value.value):.12g}".replace(".", "").strip("0")) <= 4

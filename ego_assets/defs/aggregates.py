@@ -36,6 +36,8 @@ def quality_catalog(storage: StorageResource) -> dg.MaterializeResult:
             "episodes": summary.episodes,
             "columns": summary.columns,
             "failed_episodes": summary.failed,
+            "blocked_episodes": summary.blocked,
+            "waived_episodes": summary.waived,
         }
     )
 

@@ -5,6 +5,9 @@ capture is logged with its error and the others still complete (their outputs ar
 written straight through the storage resource); the step then fails naming every bad
 capture, so the chunk is retried and the good captures are reused, not recomputed.
 
+A capture that an exporter's gate blocks (`ExportBlockedError`, the export policy said
+no) is not a failure: it is logged, left unwritten and recorded as blocked, see below.
+
 `materialize_result` yields what Dagster records per partition:
 
 * single-capture run: one `MaterializeResult` carrying the capture's metadata and its
@@ -19,6 +22,11 @@ capture, so the chunk is retried and the good captures are reused, not recompute
   roughly tripled Dagster's per-capture cost in a backfill on Postgres (``python -m bench
   orchestration``). What is recomputed is decided by the pipeline's lineage files (content
   hashes), never by Dagster's tag, so a re-run over unchanged captures reuses every one.
+* blocked capture: in a single-capture run of an asset declared with
+  ``output_required=False`` (every exporter should be) nothing is yielded, so the
+  partition stays missing, the run succeeds and nothing downstream of it runs; otherwise,
+  and in ranged runs (Dagster records every partition of the range), the partition's
+  metadata says ``export: blocked`` with the reasons and no file was written.
 """
 
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
@@ -27,6 +35,7 @@ from typing import Any
 import dagster as dg
 
 from ego_assets.pipeline import StepResult
+from ego_assets.quality.gate import ExportBlockedError
 
 # Contiguous captures per run in a backfill. Each run has a fixed cost: in-process, about
 # 0.5-0.75 s (run creation, reading the dynamic partition keys, step events, input data
@@ -64,6 +73,7 @@ def apply_run_worker_env(environ: MutableMapping[str, str]) -> None:
 
 
 DATA_VERSION_TAG = "dagster/data_version"
+BLOCKED = "blocked"
 
 AssetEvent = dg.MaterializeResult
 
@@ -85,6 +95,9 @@ def run_each(
     for key in keys:
         try:
             results[key] = step(key)
+        except ExportBlockedError as exc:
+            context.log.info(f"capture {key}: not exported: {exc}")
+            results[key] = StepResult(key, BLOCKED, False, {"export": BLOCKED, "reasons": str(exc)})
         except Exception as exc:
             context.log.error(f"capture {key}: {exc}")
             failures[key] = f"{type(exc).__name__}: {exc}"
@@ -105,12 +118,16 @@ def materialize_result(
     extra: Callable[[str], dict[str, Any]] | None = None,
     check_results: Sequence[dg.AssetCheckResult] = (),
 ) -> Iterator[AssetEvent]:
-    """Per-partition metadata (``extra(key)`` adds to it), data versions and check results."""
+    """Per-partition metadata (``extra(key)`` first, then the step's figures), data versions
+    and check results."""
     metadata = {
-        key: {**step_metadata(r), **(extra(key) if extra else {})} for key, r in results.items()
+        key: {**(extra(key) if extra and r.data_version != BLOCKED else {}), **step_metadata(r)}
+        for key, r in results.items()
     }
     if len(results) == 1 and not context.has_partition_key_range:
         ((key, result),) = results.items()
+        if result.data_version == BLOCKED and _output_optional(context):
+            return
         yield dg.MaterializeResult(
             metadata=metadata[key],
             data_version=dg.DataVersion(result.data_version),
@@ -120,6 +137,12 @@ def materialize_result(
     for key, md in metadata.items():
         add_partition_metadata(context, key, md)
     yield dg.MaterializeResult(check_results=list(check_results))
+
+
+def _output_optional(context: dg.AssetExecutionContext) -> bool:
+    """Whether the asset was declared with ``output_required=False``."""
+    name = context.assets_def.get_output_name_for_asset_key(context.asset_key)
+    return not context.op_def.output_def_named(name).is_required
 
 
 def add_partition_metadata(

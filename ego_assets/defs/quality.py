@@ -1,10 +1,17 @@
-"""Asset quality_report with its blocking Great Expectations check.
+"""Asset quality_report with its per-episode export gate check.
 
-In a single-capture run the check carries the episode's verdict: ERROR severity when a
-blocking expectation failed, which makes Dagster skip every downstream asset of that
-episode in the run. In a ranged (backfill) run one check result covers the chunk; it is
-reported with WARN severity so one bad episode cannot sink the chunk, and the gate is
-applied per episode by every exporter (`pipeline.require_export_gate`).
+Mechanism (why a partitioned check): the export gate is an asset check of
+quality_report declared on the captures partitions, so Dagster stores one evaluation per
+episode and the check's partition view shows every blocked episode as *Failed* (ERROR
+severity) beside the allowed ones, without opening a run. A separate gate asset would
+have to fail (a red partition with a stack trace) or stay missing to say "blocked", and
+tags on materializations are only seen one partition at a time.
+
+The check is not ``blocking``: a blocked episode is an intended outcome, not an error,
+so the quality step succeeds (no `DagsterAssetCheckFailedError` trace); the block itself
+is enforced per episode by every exporter (`pipeline.require_export_gate`), whichever
+run asks. In a ranged (backfill) run each episode's verdict is recorded on its own
+partition too.
 """
 
 import base64
@@ -21,28 +28,39 @@ from ego_assets.defs.ingest import trajectory
 from ego_assets.defs.k8s import QUALITY_TAGS
 from ego_assets.defs.partitions import captures_partitions
 from ego_assets.defs.resources import StorageResource
-from ego_assets.quality.gate import Gate, describe_failures
+from ego_assets.quality.gate import Gate
 from ego_assets.quality.report import REPORT_JSON, REPORT_PARQUET
+from ego_assets.quality.waivers import describe
 from ego_assets.storage import Storage
 
-GX_CHECK = "gx_expectations"
+EXPORT_GATE_CHECK = "export_gate"
+GX_CHECK = EXPORT_GATE_CHECK  # the gate carries the Great Expectations outcomes too
+# Significant digits of float metadata (the raw figures are in quality.json).
+METADATA_DIGITS = 4
+# Report row columns shown as metadata, with the label they get (unit in the label).
+_SHOWN = (
+    ("duration_s", "duration (s)"),
+    ("n_streams", "streams"),
+    ("n_fail", "metrics at fail"),
+    ("n_warn", "metrics at warn"),
+    ("left_tracking_loss_ratio", "left tracking loss (ratio)"),
+    ("right_tracking_loss_ratio", "right tracking loss (ratio)"),
+    ("left_wrist_speed_p99_mps", "left wrist speed p99 (m/s)"),
+    ("right_wrist_speed_p99_mps", "right wrist speed p99 (m/s)"),
+    ("left_jitter_mps3", "left jitter (m/s³)"),
+    ("right_jitter_mps3", "right jitter (m/s³)"),
+    ("max_longest_gap_s", "longest gap (s)"),
+    ("max_missing_sample_ratio", "missing samples (ratio)"),
+    ("total_backwards_timestamps", "backwards timestamps"),
+    ("total_duplicate_timestamps", "duplicate timestamps"),
+    ("video_hand_offset_p99_ms", "video-hand offset p99 (ms)"),
+    ("start_misalignment_s", "start misalignment (s)"),
+)
 
 
-def _quality_metadata(storage: Storage, key: str) -> dict[str, Any]:
-    folder = storage.stage_path("quality", key)
-    row = _report_row(storage, key)
-    png = (folder / pipeline.TIMELINE_FILE).read_bytes()
-    image = base64.b64encode(png).decode("ascii")
-    md: dict[str, Any] = {
-        name: value
-        for name, value in row.items()
-        if name not in ("capture_id", "report_version", "thresholds_version")
-        and isinstance(value, str | int | float | bool)
-        and not (isinstance(value, float) and value != value)
-    }
-    md["report"] = dg.MetadataValue.path(str(folder / REPORT_JSON))
-    md["timeline"] = dg.MetadataValue.md(f"![timeline of {key}](data:image/png;base64,{image})")
-    return md
+def rounded(value: float, digits: int = METADATA_DIGITS) -> float:
+    """``value`` rounded to ``digits`` significant digits (0.011112000000000677 -> 0.01111)."""
+    return float(f"{value:.{digits}g}")
 
 
 def _report_row(storage: Storage, key: str) -> dict[str, Any]:
@@ -51,26 +69,95 @@ def _report_row(storage: Storage, key: str) -> dict[str, Any]:
     return {name: table.column(name)[0].as_py() for name in table.column_names}
 
 
-def _check_result(gates: dict[str, Gate], ranged: bool) -> dg.AssetCheckResult:
-    failed = {k: describe_failures(g) for k, g in gates.items() if g.errors or g.warnings}
-    blocked = sorted(k for k, g in gates.items() if not g.passed)
-    if ranged:
-        severity = dg.AssetCheckSeverity.WARN
-    else:
-        severity = dg.AssetCheckSeverity.ERROR if blocked else dg.AssetCheckSeverity.WARN
+def _quality_metadata(storage: Storage, key: str, gate: Gate | None) -> dict[str, Any]:
+    """The timeline first, the gate's verdict, then rounded, unit-labelled figures."""
+    folder = storage.stage_path("quality", key)
+    png = (folder / pipeline.TIMELINE_FILE).read_bytes()
+    image = base64.b64encode(png).decode("ascii")
+    md: dict[str, Any] = {
+        "timeline": dg.MetadataValue.md(f"![timeline of {key}](data:image/png;base64,{image})")
+    }
+    if gate is not None:
+        md["gate"] = gate.summary()
+        md["blocking reasons"] = dg.MetadataValue.json(list(gate.reasons))
+        md["waivers"] = dg.MetadataValue.json([describe(w) for w in gate.waivers])
+    row = _report_row(storage, key)
+    for column, label in _SHOWN:
+        value = row.get(column)
+        if isinstance(value, float) and value == value:
+            md[label] = dg.MetadataValue.float(rounded(value))
+        elif isinstance(value, int) and not isinstance(value, bool):
+            md[label] = dg.MetadataValue.int(value)
+    md["report"] = dg.MetadataValue.path(str(folder / REPORT_JSON))
+    return md
+
+
+def gate_check_result(key: str, gate: Gate | None) -> dg.AssetCheckResult:
+    """The export gate of one episode as a check result of ``key``'s partition.
+
+    Failed with ERROR severity when the policy blocks an export, passed (WARN severity,
+    so a later warn-level finding reads as a warning) otherwise. The description says what
+    failed at which level, or that the episode is allowed and why.
+    """
+    if gate is None:
+        return dg.AssetCheckResult(
+            check_name=EXPORT_GATE_CHECK,
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"{key}: no quality gate was written",
+        )
+    fails = [f.text() for f in gate.findings if f.status == "fail"]
+    warns = [f.text() for f in gate.findings if f.status == "warn"]
     return dg.AssetCheckResult(
-        check_name=GX_CHECK,
-        passed=not failed,
-        severity=severity,
+        check_name=EXPORT_GATE_CHECK,
+        passed=gate.passed,
+        severity=dg.AssetCheckSeverity.WARN if gate.passed else dg.AssetCheckSeverity.ERROR,
+        description=gate.summary(),
         metadata={
-            "episodes": len(gates),
-            "blocked_episodes": dg.MetadataValue.json(blocked),
-            "failed_expectations": dg.MetadataValue.json(failed),
+            "export": gate.verdict,
+            "quality": gate.status,
+            "policy version": gate.policy_version,
+            "blocked exports": dg.MetadataValue.json(list(gate.blocked_exports)),
+            "fail (blocking unless waived)": dg.MetadataValue.json(fails),
+            "warn (never blocks)": dg.MetadataValue.json(warns),
+            "waivers": dg.MetadataValue.json([describe(w) for w in gate.waivers]),
         },
-        description=(
-            "blocked: " + ", ".join(blocked) if blocked else "no blocking expectation failed"
-        ),
     )
+
+
+def _ranged_check_result(gates: dict[str, Gate | None]) -> dg.AssetCheckResult:
+    """One result for a ranged run's chunk: blocked episodes listed, WARN severity."""
+    blocked = sorted(k for k, g in gates.items() if g is None or not g.passed)
+    return dg.AssetCheckResult(
+        check_name=EXPORT_GATE_CHECK,
+        passed=not blocked,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{len(blocked)} of {len(gates)} episodes blocked: {', '.join(blocked)}"
+            if blocked
+            else f"all {len(gates)} episodes allowed"
+        ),
+        metadata={"episodes": len(gates), "blocked episodes": dg.MetadataValue.json(blocked)},
+    )
+
+
+def _report_per_partition(context: dg.AssetExecutionContext, gates: dict[str, Gate | None]) -> None:
+    """Record each episode's gate on its own partition of the check (ranged runs only:
+    Dagster ties a check result to the run's one partition, if any)."""
+    for key, gate in gates.items():
+        result = gate_check_result(key, gate)
+        context.instance.report_runless_asset_event(
+            dg.AssetCheckEvaluation(
+                asset_key=context.asset_key,
+                check_name=EXPORT_GATE_CHECK,
+                passed=result.passed,
+                metadata=result.metadata,
+                severity=result.severity,
+                description=result.description,
+                blocking=False,
+                partition=key,
+            )
+        )
 
 
 @dg.asset(
@@ -83,16 +170,20 @@ def _check_result(gates: dict[str, Gate], ranged: bool) -> dg.AssetCheckResult:
     op_tags=QUALITY_TAGS,
     check_specs=[
         dg.AssetCheckSpec(
-            GX_CHECK,
+            EXPORT_GATE_CHECK,
             asset="quality_report",
-            blocking=True,
+            partitions_def=captures_partitions,
             description=(
-                "Great Expectations suite over the quality report: ERROR (blocks exports) "
-                "for backwards timestamps and lost hands, WARN for duplicates, NaN, long gaps."
+                "Export gate per episode under the export policy (quality/policy.toml): fails "
+                "with ERROR when a metric at fail blocks the exports and no waiver lets it "
+                "through; warn-level metrics never block. Exporters refuse blocked episodes."
             ),
         )
     ],
-    description="Per-episode quality report (JSON + one Parquet row), timeline PNG, export gate.",
+    description=(
+        "Per-episode quality report (JSON + one Parquet row), timeline PNG and the export "
+        "gate (policy verdict, reasons, waivers)."
+    ),
 )
 def quality_report(
     context: dg.AssetExecutionContext, storage: StorageResource
@@ -100,7 +191,14 @@ def quality_report(
     store = storage.get_storage()
     results = run_each(context, lambda key: pipeline.assess_quality(store, key))
     gates = {key: pipeline.stored_gate(store, key) for key in results}
-    check = _check_result({k: g for k, g in gates.items() if g is not None}, len(results) > 1)
+    if context.has_partition_key_range or len(gates) != 1:
+        checks = [_ranged_check_result(gates)]
+        _report_per_partition(context, gates)
+    else:
+        checks = [gate_check_result(key, gate) for key, gate in gates.items()]
     yield from materialize_result(
-        context, results, extra=lambda key: _quality_metadata(store, key), check_results=[check]
+        context,
+        results,
+        extra=lambda key: _quality_metadata(store, key, gates[key]),
+        check_results=checks,
     )

@@ -41,6 +41,11 @@ def build_landing_sensor(interval_s: int = DEFAULT_SENSOR_INTERVAL_S) -> dg.Sens
         job=capture_job,
         minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            "Watches the landing zone: every complete capture (marker written) becomes a "
+            "partition of `captures` and one capture_job run (run key = capture key, so a "
+            "capture already run, e.g. by `make demo`, is never run again)."
+        ),
     )(_landing_sensor)
 
 

@@ -5,8 +5,9 @@
 column missing from an older report version is null there), adds ``capture_key`` (the
 platform's partition key: the folder name) and sorts by it.
 `write_quality_catalog` reads every *complete* report of a `Storage` (its gate file, the
-stage's index, is present) and writes ``catalog/quality/quality.parquet`` atomically
-(local: folder rename; S3: index-last upload).
+stage's index, is present), adds the gate's columns (`GATE_COLUMNS`: export verdict,
+policy version, blocking reasons, waivers) and writes ``catalog/quality/quality.parquet``
+atomically (local: folder rename; S3: index-last upload).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ego_assets.quality.gate import GATE_FILE
+from ego_assets.quality.gate import GATE_FILE, Gate
 from ego_assets.quality.report import REPORT_PARQUET
 from ego_assets.storage import Storage
 
@@ -28,6 +29,16 @@ log = logging.getLogger(__name__)
 CATALOG_STAGE = "catalog"
 CATALOG_KEY = "quality"
 CATALOG_FILE = "quality.parquet"
+# Columns added from each episode's gate.json.
+GATE_COLUMNS = pa.schema(
+    [
+        ("export", pa.string()),  # "allowed" or "blocked"
+        ("policy_version", pa.int64()),
+        ("blocked_exports", pa.string()),  # comma-separated export names
+        ("blocking_reasons", pa.string()),  # "; "-separated finding texts
+        ("waivers", pa.string()),  # "; "-separated "metric by who: why"
+    ]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +50,16 @@ class CatalogSummary:
         episodes: number of rows (one per episode).
         columns: number of columns.
         failed: episodes whose report status is ``fail``.
+        blocked: episodes the export policy blocks.
+        waived: episodes with at least one waiver in force.
     """
 
     uri: str
     episodes: int
     columns: int
     failed: int
+    blocked: int = 0
+    waived: int = 0
 
 
 def build_catalog(rows: Mapping[str, pa.Table]) -> pa.Table:
@@ -79,8 +94,24 @@ def read_report_rows(storage: Storage) -> dict[str, pa.Table]:
             log.info("quality/%s has no %s yet; left out of the catalog", folder.name, GATE_FILE)
             continue
         with (folder / REPORT_PARQUET).open("rb") as f:
-            tables[folder.name] = pq.read_table(f)
+            table = pq.read_table(f)
+        gate = Gate.from_json((folder / GATE_FILE).read_text())
+        for name, value in gate_row(gate).items():
+            column = pa.array([value] * table.num_rows, GATE_COLUMNS.field(name).type)
+            table = table.append_column(GATE_COLUMNS.field(name), column)
+        tables[folder.name] = table
     return tables
+
+
+def gate_row(gate: Gate) -> dict[str, str | int]:
+    """The `GATE_COLUMNS` values of one episode."""
+    return {
+        "export": gate.verdict,
+        "policy_version": gate.policy_version,
+        "blocked_exports": ",".join(gate.blocked_exports),
+        "blocking_reasons": "; ".join(gate.reasons),
+        "waivers": "; ".join(f"{w.metric} by {w.by}: {w.reason}" for w in gate.waivers),
+    }
 
 
 def write_quality_catalog(storage: Storage) -> CatalogSummary:
@@ -88,8 +119,20 @@ def write_quality_catalog(storage: Storage) -> CatalogSummary:
     catalog = build_catalog(read_report_rows(storage))
     with storage.write_dir(CATALOG_STAGE, CATALOG_KEY, index_file=CATALOG_FILE) as stage:
         pq.write_table(catalog, stage / CATALOG_FILE, compression="zstd")
-    failed = 0
-    if "status" in catalog.column_names:
-        failed = int(pc.sum(pc.equal(catalog["status"], "fail")).as_py() or 0)
     uri = str(storage.stage_path(CATALOG_STAGE, CATALOG_KEY) / CATALOG_FILE)
-    return CatalogSummary(uri, catalog.num_rows, catalog.num_columns, failed)
+    return CatalogSummary(
+        uri,
+        catalog.num_rows,
+        catalog.num_columns,
+        _count(catalog, "status", "fail"),
+        _count(catalog, "export", "blocked"),
+        _count(catalog, "waivers", "", negate=True),
+    )
+
+
+def _count(table: pa.Table, column: str, value: str, negate: bool = False) -> int:
+    """Rows whose ``column`` equals ``value`` (differs, with ``negate``); 0 without it."""
+    if column not in table.column_names:
+        return 0
+    hits = pc.equal(table[column], value)
+    return int(pc.sum(pc.invert(hits) if negate else hits).as_py() or 0)
