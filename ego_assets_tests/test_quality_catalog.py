@@ -12,7 +12,8 @@ from ego_assets.defs.pools import SINGLE_WRITER_POOL
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.schedules import aggregates_job, nightly_aggregates
 from ego_assets.quality.catalog import build_catalog, write_quality_catalog
-from ego_assets.quality.gate import GATE_FILE
+from ego_assets.quality.gate import GATE_FILE, Finding, Gate
+from ego_assets.quality.waivers import Waiver
 from ego_assets.storage import Storage
 
 
@@ -23,12 +24,25 @@ def _row(capture_id: str, status: str, loss: float, extra: bool = True) -> pa.Ta
     return pa.table(columns)
 
 
-def _write_report(root: Path, key: str, table: pa.Table, complete: bool = True) -> None:
+def _gate(key: str, status: str, waived: bool = False) -> Gate:
+    finding = Finding(
+        "hand:left/tracking_loss_ratio", "tracking_loss_ratio", "fail", 0.6, "1", 0.5, "max",
+        ("webdataset", "lerobot", "robomimic"),
+    )  # fmt: skip
+    waivers = (Waiver(key, "tracking_loss_ratio", "one-handed task", "qa", "2026-12-01"),)
+    gate = Gate(key, "v", True, status, "", (), 1, (finding,) if status == "fail" else ())
+    return gate.with_waivers(waivers if waived else (), "v")
+
+
+def _write_report(
+    root: Path, key: str, table: pa.Table, complete: bool = True, waived: bool = False
+) -> None:
     folder = root / "quality" / key
     folder.mkdir(parents=True)
     pq.write_table(table, folder / "quality.parquet")
     if complete:
-        (folder / GATE_FILE).write_text("{}")
+        status = table["status"][0].as_py()
+        (folder / GATE_FILE).write_text(_gate(key, status, waived).to_json())
 
 
 def test_catalog_unions_columns_by_name_and_sorts_by_key():
@@ -54,13 +68,22 @@ def test_catalog_unions_columns_by_name_and_sorts_by_key():
 
 def test_catalog_file_holds_every_complete_report(tmp_path):
     _write_report(tmp_path, "ep-1", _row("ep-1", "pass", 0.0))
-    _write_report(tmp_path, "ep-2", _row("ep-2", "fail", 0.4))
+    _write_report(tmp_path, "ep-2", _row("ep-2", "fail", 0.6))
     _write_report(tmp_path, "ep-3", _row("ep-3", "pass", 0.1), complete=False)
+    _write_report(tmp_path, "ep-4", _row("ep-4", "fail", 0.6), waived=True)
     summary = write_quality_catalog(Storage(tmp_path))
-    assert (summary.episodes, summary.failed) == (2, 1)
+    assert (summary.episodes, summary.failed, summary.blocked, summary.waived) == (3, 2, 1, 1)
     table = pq.read_table(tmp_path / "catalog" / "quality" / "quality.parquet")
-    assert table["capture_key"].to_pylist() == ["ep-1", "ep-2"]
-    assert table["tracking_loss_ratio"].to_pylist() == [0.0, 0.4]
+    assert table["capture_key"].to_pylist() == ["ep-1", "ep-2", "ep-4"]
+    assert table["tracking_loss_ratio"].to_pylist() == [0.0, 0.6, 0.6]
+    assert table["export"].to_pylist() == ["allowed", "blocked", "allowed"]
+    assert table["policy_version"].to_pylist() == [1, 1, 1]
+    assert table["blocking_reasons"].to_pylist() == [
+        "",
+        "hand:left/tracking_loss_ratio = 0.6 (fail > 0.5)",
+        "",
+    ]
+    assert table["waivers"].to_pylist() == ["", "", "tracking_loss_ratio by qa: one-handed task"]
     assert summary.uri.endswith("catalog/quality/quality.parquet")
 
 

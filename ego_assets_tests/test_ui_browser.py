@@ -197,6 +197,6 @@ def test_asset_graph_and_partition_quality_page_show_assets_and_figures(
     assert CAPTURE_KEY in lines
     assert values["status"] == "warn"
     assert values["worst_metric"] == "episode/duration_s"
-    assert float(values["duration_s"]) == pytest.approx(1.966667, abs=1e-6)
+    assert float(values["duration (s)"]) == pytest.approx(1.967, abs=1e-9)
     assert values["report"] == str(served.data / "quality" / CAPTURE_KEY / "quality.json")
     log.info("screenshots in %s", tmp_path)
