@@ -123,6 +123,20 @@ class Storage:
             yield tmp
             upload_tree(tmp, target, index_file)
 
+    def write_file(self, location: UPath, data: bytes) -> None:
+        """Replace the single file ``location`` with ``data`` atomically.
+
+        Local: a temporary sibling renamed into place (parent folders created). S3: one
+        PUT, which readers see whole or not at all.
+        """
+        if is_local(location):
+            path = Path(location.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_file_atomic(path, data)
+            return
+        location.fs.pipe_file(location.path, data)
+        location.fs.invalidate_cache(location.parent.path)
+
     @contextmanager
     def read_dir(self, location: UPath) -> Iterator[Path]:
         """A local folder with the content of ``location`` (downloaded when remote)."""
