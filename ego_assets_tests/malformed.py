@@ -258,6 +258,16 @@ def symlink_loop(rel: str) -> Mutation:
     return mutate
 
 
+def add_file(name: bytes) -> Mutation:
+    """Add a small file whose name is the raw bytes ``name``."""
+
+    def mutate(folder: Path) -> None:
+        with open(os.path.join(os.fsencode(folder), name), "wb") as fh:
+            fh.write(b"x\n")
+
+    return mutate
+
+
 def make_folder(rel: str) -> Mutation:
     def mutate(folder: Path) -> None:
         (folder / rel).unlink()
@@ -519,6 +529,22 @@ def _cases() -> list[Case]:
             "hands/right.csv",
             "is a folder, not a file",
             make_folder("hands/right.csv"),
+        ),
+        c(
+            "hv-name-newline",
+            HV,
+            "other",
+            "notes\nmore.txt",
+            "file name has a control character",
+            add_file(b"notes\nmore.txt"),
+        ),
+        c(
+            "hv-name-latin1",
+            HV,
+            "non-utf8",
+            "caf\udce9.txt",
+            "bytes that are not UTF-8",
+            add_file(b"caf\xe9.txt"),
         ),
         c(
             "hv-stereo-1e400",

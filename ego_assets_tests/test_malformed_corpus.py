@@ -46,7 +46,7 @@ def test_malformed_capture_gives_one_clear_error_and_writes_nothing(
     lines = err.strip().splitlines()
     assert code == 2
     assert len(lines) == 1, err
-    assert lines[0].startswith(f"error: capture '{case.name}', file '{case.file}'")
+    assert lines[0].startswith(f"error: capture {case.name!r}, file {case.file!r}")
     assert case.problem in lines[0]
     assert "Traceback" not in err
     assert not out.exists()

@@ -35,6 +35,8 @@ MAX_JSON_BYTES = 64 << 20  # a JSON document (not JSON Lines) is read whole: at 
 MAX_JSON_DEPTH = 64  # deepest nesting of arrays/objects a JSON document may have
 UTF8_BOM = b"\xef\xbb\xbf"
 
+# C0/C1 control characters, and the surrogates that stand for undecodable name bytes
+_UNPRINTABLE_RE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _ROW_RE = re.compile(r"[Rr]ow #(\d+)")
 _COL_RE = re.compile(r"column #(\d+)")
 
@@ -62,6 +64,8 @@ class CaptureFiles:
         pure = PurePosixPath(rel)
         if pure.is_absolute() or ".." in pure.parts or "\\" in rel or not rel:
             raise self.error(rel, "file name escapes the capture folder")
+        if _UNPRINTABLE_RE.search(rel):
+            raise self.error(rel, "file name has a control character or bytes that are not UTF-8")
         path = self.root.joinpath(*pure.parts)
         try:
             root = self.root.resolve()
@@ -91,7 +95,7 @@ class CaptureFiles:
         out = []
         for p in sorted(self.root.rglob("*")):
             rel = p.relative_to(self.root).as_posix()
-            if p.is_symlink():
+            if p.is_symlink() or _UNPRINTABLE_RE.search(rel):
                 self.path(rel, must_exist=False)
             if p.is_file():
                 out.append(rel)

@@ -79,9 +79,12 @@ def probe_video(files: CaptureFiles, rel: str) -> VideoProbe:
             if not container.streams.video:
                 raise files.error(rel, "no video stream in the file")
             stream = container.streams.video[0]
-            codec = stream.codec_context.name or ""
-            width = int(stream.codec_context.width or 0)
-            height = int(stream.codec_context.height or 0)
+            context = stream.codec_context
+            if context is None:  # e.g. a clip cut before its codec parameters
+                raise files.error(rel, "video stream has no codec parameters")
+            codec = context.name or ""
+            width = int(context.width or 0)
+            height = int(context.height or 0)
             rate = stream.average_rate or stream.guessed_rate
             fps = float(rate) if rate else 0.0
             duration_s = 0.0

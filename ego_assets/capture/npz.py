@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import struct
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -40,7 +41,11 @@ _READ_ERRORS = (
     RuntimeError,  # an encrypted member
     NotImplementedError,  # an unsupported compression method
     OverflowError,
+    TypeError,
+    KeyError,
+    RecursionError,
     SyntaxError,  # a header dict numpy cannot evaluate
+    tokenize.TokenError,  # numpy tokenizes version 1 and 2 headers
 )
 
 
