@@ -6,12 +6,14 @@ Commands:
     inspect  print the streams of a trajectory folder
     demo     run the whole platform on ./data with a local Dagster instance
     waive    let one capture through one blocking quality metric (or --revoke it)
+    view     write an episode's Rerun recording and open it (native or web viewer)
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -77,6 +79,33 @@ def _waive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    from ego_assets.storage import Storage
+    from ego_assets.viewer import episode
+
+    target = Path(args.episode)
+    if target.is_dir():
+        out = Path(args.out or f"{target.resolve().name}.rrd")
+        media = Path(args.media) if args.media else None
+        found = episode.recording_for_folder(target, out, media_dir=media)
+    else:
+        out = Path(args.out or f"{args.episode}.rrd")
+        found = episode.recording_for_key(Storage(args.data), args.episode, out)
+    print(f"{found.path}: {found.how}")
+    if args.save_only:
+        return 0
+    if not args.web:
+        episode.open_native(found.path)
+        return 0
+    process, url = episode.serve_web(found.path, args.web_port, args.grpc_port)
+    print(f"web viewer: {url}  (Ctrl-C stops it)")
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.terminate()
+        return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ego-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -114,6 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
     waive.add_argument("--revoke", action="store_true", help="revoke the waiver instead")
     waive.add_argument("--data", default="data", help="data root holding waivers.json")
     waive.set_defaults(func=_waive)
+
+    view = sub.add_parser("view", help="open an episode in the Rerun viewer")
+    view.add_argument("episode", help="capture key (in --data) or trajectory folder")
+    view.add_argument("--data", default=os.environ.get("EGO_DATA_DIR", "data"))
+    view.add_argument("--media", help="raw capture folder (for a trajectory folder)")
+    view.add_argument("--out", help="recording to write (default: ./<key>.rrd)")
+    view.add_argument("--save-only", action="store_true", help="write the .rrd, do not open")
+    view.add_argument("--web", action="store_true", help="serve the web viewer on 127.0.0.1")
+    view.add_argument("--web-port", type=int, default=9090)
+    view.add_argument("--grpc-port", type=int, default=9876)
+    view.set_defaults(func=_view)
     return parser
 
 

@@ -188,22 +188,39 @@ def _longest_loss_s(stream: Stream, valid: np.ndarray) -> float:
     return float(np.diff(edges).max()) if edges.size > 1 else 0.0
 
 
+def wrist_steps(stream: Stream) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Wrist motion between consecutive samples that both have a tracked wrist.
+
+    Returns:
+        (pair: (T-1,) bool, interval i -> i+1 measured; step_m: metres moved per
+        measured interval; dt_s: its length in seconds, > 0), or None for streams
+        without metric positions or with fewer than two samples. Speed = step_m / dt_s.
+    """
+    got = tracked_points(stream)
+    if got is None or len(stream) < 2:
+        return None
+    points, tracked = got
+    dt_s = np.diff(stream.timestamp_ns).astype(np.float64) / 1e9
+    pair = tracked[:-1, 0] & tracked[1:, 0] & (dt_s > 0)
+    step_m = np.linalg.norm(np.diff(points[:, 0, :], axis=0), axis=1)[pair]
+    return pair, step_m, dt_s[pair]
+
+
 def _motion(stream: Stream, thresholds: Thresholds) -> tuple[float, float, int, float]:
     """(wrist speed p99 m/s, max m/s, teleport count, mean |third difference| m)."""
     got = tracked_points(stream)
+    steps = wrist_steps(stream)
     nan = float("nan")
-    if got is None or len(stream) < 2:
+    if got is None or steps is None:
         return nan, nan, 0, nan
     points, tracked = got
     dt_s = np.diff(stream.timestamp_ns).astype(np.float64) / 1e9
-    wrist_ok = tracked[:, 0]
-    pair = wrist_ok[:-1] & wrist_ok[1:] & (dt_s > 0)
-    step_m = np.linalg.norm(np.diff(points[:, 0, :], axis=0), axis=1)[pair]
-    speed = step_m / dt_s[pair]
+    _, step_m, pair_dt_s = steps
+    speed = step_m / pair_dt_s
     if speed.size:
         p99, top = float(np.percentile(speed, 99)), float(speed.max())
         jump = (step_m > thresholds.teleport_step_m) & (
-            dt_s[pair] <= thresholds.teleport_step_window_s
+            pair_dt_s <= thresholds.teleport_step_window_s
         )
         teleports = int(np.count_nonzero((speed > thresholds.teleport_speed_mps) | jump))
     else:

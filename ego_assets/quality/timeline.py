@@ -15,7 +15,7 @@ import io
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from ego_assets.quality.hands import tracked_points
+from ego_assets.quality.hands import wrist_steps
 from ego_assets.quality.report import QualityReport
 from ego_assets.quality.streams import validity
 from ego_assets.quality.thresholds import Thresholds, default_thresholds
@@ -71,14 +71,12 @@ def _speed_per_bin(
 ) -> np.ndarray:
     """(n_bins,) max wrist speed (m/s) per bin over consecutive valid pairs; NaN if none."""
     stream = trajectory.stream(stream_name)
-    got = tracked_points(stream)
+    steps = wrist_steps(stream)
     out = np.full(n_bins, np.nan)
-    if got is None or len(stream) < 2:
+    if steps is None:
         return out
-    points, tracked = got
-    dt_s = np.diff(stream.timestamp_ns).astype(np.float64) / 1e9
-    pair = tracked[:-1, 0] & tracked[1:, 0] & (dt_s > 0)
-    speed = np.linalg.norm(np.diff(points[:, 0, :], axis=0), axis=1)[pair] / dt_s[pair]
+    pair, step_m, dt_s = steps
+    speed = step_m / dt_s
     idx = _bins(stream.time[1:][pair], span_s, n_bins)
     top = np.full(n_bins, -np.inf)
     np.maximum.at(top, idx, speed)

@@ -1,0 +1,1 @@
+"""Episode viewer: a Rerun recording of one canonical trajectory and its quality report."""

@@ -1,0 +1,339 @@
+"""The episode recording, read back with Rerun's own reader (`rerun.chunk.RrdReader`).
+
+One short capture of every demo source kind (Vision Pro with dropped video frames, so
+its cameras have gaps; WebXR with a retried segment and a hand never seen) and the
+real Aria MPS sample are built once per module.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import rerun as rr
+from rerun.chunk import RrdReader
+
+from ego_assets.capture import read_capture
+from ego_assets.capture.manifest import write_marker
+from ego_assets.cli import main
+from ego_assets.defs.demo import aria_fixture_dir
+from ego_assets.quality.expectations import run_expectations
+from ego_assets.quality.gate import GATE_FILE, Gate
+from ego_assets.quality.report import compute_report
+from ego_assets.synth import synthesize
+from ego_assets.trajectory.model import Trajectory
+from ego_assets.trajectory.store import write_trajectory
+from ego_assets.viewer.recording import RecordingSummary, build_recording
+from ego_assets.viewer.skeleton import chains
+
+# (kind, fault options)
+KINDS = {
+    "holos-visionpro": ("dropped_video_frames",),
+    "holos-iphone": (),
+    "webxr": ("retried_segment", "hand_never_seen"),
+    "mano-video": (),
+}
+
+
+@dataclass
+class Column:
+    """One component of one entity over time, as read back (rows sorted by time)."""
+
+    time_ns: np.ndarray
+    values: list
+    frame: np.ndarray | None
+
+
+@dataclass
+class Built:
+    trajectory: Trajectory
+    capture: Path
+    summary: RecordingSummary
+    columns: dict[tuple[str, str], Column]
+    static: dict[tuple[str, str], object]
+    gate: Gate
+
+
+def read_back(path: Path) -> tuple[dict[tuple[str, str], Column], dict[tuple[str, str], object]]:
+    """(entity, component) -> temporal `Column`, and -> static value, from an .rrd file."""
+    parts: dict[tuple[str, str], list[tuple[np.ndarray, list, np.ndarray | None]]] = {}
+    static: dict[tuple[str, str], object] = {}
+    for chunk in RrdReader(path).stream():
+        batch = chunk.to_record_batch()
+        names = [n for n in batch.schema.names if ":" in n]
+        if chunk.is_static:
+            for name in names:
+                static[(chunk.entity_path, name)] = batch.column(name)[0].as_py()
+            continue
+        times = batch.column("time").cast("int64").to_numpy()
+        frame_cols = [n for n in batch.schema.names if n.startswith("frame_")]
+        frame = batch.column(frame_cols[0]).to_numpy() if frame_cols else None
+        for name in names:
+            parts.setdefault((chunk.entity_path, name), []).append(
+                (times, batch.column(name).to_pylist(), frame)
+            )
+    columns = {}
+    for key, pieces in parts.items():
+        times = np.concatenate([p[0] for p in pieces])
+        values = [v for p in pieces for v in p[1]]
+        frames = [p[2] for p in pieces if p[2] is not None]
+        order = np.argsort(times, kind="stable")
+        columns[key] = Column(
+            times[order],
+            [values[i] for i in order],
+            np.concatenate(frames)[order] if frames else None,
+        )
+    return columns, static
+
+
+def _build(trajectory: Trajectory, capture: Path, out: Path) -> Built:
+    report = compute_report(trajectory)
+    gate = Gate.build(report, run_expectations(report), "test")
+    summary = build_recording(trajectory, out, media_dir=capture, report=report, gate=gate)
+    columns, static = read_back(out)
+    return Built(trajectory, capture, summary, columns, static, gate)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Built]:
+    root = tmp_path_factory.mktemp("viewer")
+    out: dict[str, Built] = {}
+    for kind, faults in KINDS.items():
+        capture = synthesize(kind, root / kind, seconds=2.0, seed=5, faults=faults)
+        trajectory = read_capture(f"view-{kind}", capture)
+        out[kind] = _build(trajectory, capture, root / f"{kind}.rrd")
+    aria = root / "aria"
+    shutil.copytree(aria_fixture_dir(), aria)
+    write_marker(aria, "aria_mps")
+    out["aria-mps"] = _build(read_capture("view-aria", aria), aria, root / "aria.rrd")
+    return out
+
+
+def _ns(seconds: np.ndarray) -> np.ndarray:
+    return np.round(np.asarray(seconds) * 1e9).astype(np.int64)
+
+
+EXPECTED_ENTITIES = {
+    "holos-visionpro": {
+        ("/world/device", "Transform3D:translation"),
+        ("/world/hand_left_world", "LineStrips3D:strips"),
+        ("/world/wrist_right/hand_right_local", "LineStrips3D:strips"),
+        ("/world/wrist_right", "Transform3D:quaternion"),
+        ("/world/objects/anchor-0001", "Transform3D:translation"),
+        ("/world/cameras/camera_left", "VideoFrameReference:timestamp"),
+        ("/world/cameras/camera_right", "Pinhole:image_from_camera"),
+        ("/signals/hand_left_world/wrist_speed", "Scalars:scalars"),
+        ("/signals/gaps/camera_left_frames", "Scalars:scalars"),
+        ("/events/gaps", "TextLog:text"),
+        ("/events/procedure_steps", "TextLog:text"),
+        ("/events/transcript", "TextLog:text"),
+        ("/annotations/procedure_step", "TextDocument:text"),
+    },
+    "holos-iphone": {
+        ("/world/device", "Transform3D:translation"),
+        ("/world/hand_left_landmarks_3d", "LineStrips3D:strips"),
+        ("/world/cameras/camera_back/landmarks/hand_left_landmarks_2d", "Points2D:positions"),
+        ("/signals/hand_right_landmarks_3d/joint_confidence", "Scalars:scalars"),
+        ("/signals/hand_right_landmarks_3d/hand_confidence", "Scalars:scalars"),
+        ("/signals/imu/accel", "Scalars:scalars"),
+    },
+    "webxr": {
+        ("/world/device", "Transform3D:translation"),
+        ("/world/hand_left", "LineStrips3D:strips"),
+        ("/world/cameras/camera_outward", "VideoFrameReference:timestamp"),
+        ("/signals/pinch/left", "Scalars:scalars"),
+        ("/signals/recorder_slots/gap", "Scalars:scalars"),
+        ("/signals/segments/retry", "Scalars:scalars"),
+        ("/events/segments", "TextLog:text"),
+        ("/annotations/segment", "TextDocument:text"),
+    },
+    "mano-video": {
+        ("/world/mano_left", "LineStrips3D:strips"),
+        ("/world/cameras/video", "VideoFrameReference:timestamp"),
+        ("/signals/mano_right/wrist_speed", "Scalars:scalars"),
+    },
+    "aria-mps": {
+        ("/world/device/wrist_and_palm_poses_v3.hand_left", "LineStrips3D:strips"),
+        ("/world/device/wrist_and_palm_poses.wrist_right", "Points3D:positions"),
+        ("/signals/hand_tracking_results_v1.hand_left/hand_confidence", "Scalars:scalars"),
+    },
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED_ENTITIES))
+def test_entity_paths(built: dict[str, Built], kind: str) -> None:
+    b = built[kind]
+    missing = EXPECTED_ENTITIES[kind] - set(b.columns)
+    assert not missing
+    assert ("/quality/report", "TextDocument:text") in b.static
+    assert ("/world", "ViewCoordinates:xyz") in b.static
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED_ENTITIES))
+def test_one_row_per_sample_on_the_streams_own_clock(built: dict[str, Built], kind: str) -> None:
+    b = built[kind]
+    checked = 0
+    for stream in b.trajectory.streams:
+        if stream.kind not in ("hand_joints", "mano", "wrist_palm", "hand_landmarks_2d"):
+            continue
+        matches = [
+            key
+            for key in b.columns
+            if key[0].endswith("/" + rr.escape_entity_path_part(stream.name))
+            and key[1].split(":")[1] in ("strips", "positions")
+        ]
+        assert len(matches) == 1, stream.name
+        column = b.columns[matches[0]]
+        assert len(column.values) == len(stream)
+        np.testing.assert_array_equal(column.time_ns, _ns(np.sort(stream.time)))
+        checked += 1
+    assert checked >= 2
+
+
+def _blob(b: Built, path: str) -> bytes:
+    value = b.static[(path, "AssetVideo:blob")]
+    assert isinstance(value, list)
+    return np.asarray(value[0], np.uint8).tobytes()
+
+
+def _strip_points(row: list) -> np.ndarray:
+    return np.array([p for strip in row for p in strip], np.float64).reshape(-1, 3)
+
+
+def test_joint_positions_equal_the_trajectorys(built: dict[str, Built]) -> None:
+    b = built["holos-visionpro"]
+    stream = b.trajectory.stream("hand_right_world")
+    column = b.columns[("/world/hand_right_world", "LineStrips3D:strips")]
+    order = np.concatenate([np.asarray(c) for c in chains("arkit27")])
+    tracked = np.flatnonzero(stream.fields["hand_valid"])
+    i = int(tracked[len(tracked) // 2])
+    row = column.values[int(np.searchsorted(column.time_ns, _ns(stream.time[i])))]
+    expected = stream.fields["position"][i][order].astype(np.float32)
+    np.testing.assert_array_equal(_strip_points(row), expected)
+    # the first strip is wrist -> thumb tip (arkit27 joint 4)
+    assert chains("arkit27")[0] == (0, 1, 2, 3, 4)
+    np.testing.assert_allclose(row[0][-1], stream.fields["position"][i, 4], atol=1e-6)
+
+
+def test_untracked_hands_draw_nothing(built: dict[str, Built]) -> None:
+    b = built["webxr"]
+    for hand in ("left", "right"):
+        stream = b.trajectory.stream(f"hand_{hand}")
+        rows = b.columns[(f"/world/hand_{hand}", "LineStrips3D:strips")].values
+        drawn = np.array([len(r) > 0 for r in rows])
+        np.testing.assert_array_equal(drawn, stream.fields["hand_valid"])
+    assert not b.trajectory.stream("hand_left").fields["hand_valid"].any() or not (
+        b.trajectory.stream("hand_right").fields["hand_valid"].any()
+    )
+
+
+@pytest.mark.parametrize("kind", ["holos-visionpro", "holos-iphone", "webxr", "mano-video"])
+def test_video_frames_at_the_trajectorys_frame_times(built: dict[str, Built], kind: str) -> None:
+    b = built[kind]
+    videos = [m for m in b.trajectory.media if m.kind == "video"]
+    assert videos
+    for media in videos:
+        assert media.frames_stream is not None
+        frames = b.trajectory.stream(media.frames_stream)
+        path = b.summary.videos[media.role]
+        refs = b.columns[(path, "VideoFrameReference:timestamp")]
+        np.testing.assert_array_equal(refs.time_ns, _ns(frames.time))
+        assert refs.frame is not None
+        np.testing.assert_array_equal(refs.frame, frames.fields["frame_index"])
+        blob = _blob(b, path)
+        pts = rr.AssetVideo(contents=blob, media_type="video/mp4").read_frame_timestamps_nanos()
+        assert len(pts) == len(frames)
+        np.testing.assert_array_equal([v[0] for v in refs.values], pts)
+
+
+def _packets(data: bytes | Path) -> list[bytes]:
+    import io
+
+    source = io.BytesIO(data) if isinstance(data, bytes) else str(data)
+    with av.open(source) as container:
+        return [bytes(p) for p in container.demux(container.streams.video[0]) if p.size]
+
+
+def test_video_is_stream_copied_not_reencoded(built: dict[str, Built]) -> None:
+    b = built["holos-visionpro"]
+    media = b.trajectory.media_ref("camera_left")
+    blob = _blob(b, b.summary.videos["camera_left"])
+    assert _packets(blob) == _packets(b.capture / media.path)
+    web = built["webxr"]
+    outward = web.trajectory.media_ref("camera_outward")
+    blob = _blob(web, web.summary.videos["camera_outward"])
+    assert blob == (web.capture / outward.path).read_bytes()
+
+
+def test_gap_ranges_equal_the_reports(built: dict[str, Built]) -> None:
+    b = built["holos-visionpro"]
+    report = compute_report(b.trajectory)
+    gaps = report.stream("camera_left_frames").gaps
+    assert gaps
+    column = b.columns[("/signals/gaps/camera_left_frames", "Scalars:scalars")]
+    starts = [g.start_s for g in gaps]
+    ends = [g.start_s + g.length_s for g in gaps]
+    np.testing.assert_array_equal(column.time_ns, _ns(np.sort(starts + ends)))
+    assert [v[0] for v in column.values] == [1.0, 0.0] * len(gaps)
+    log = b.columns[("/events/gaps", "TextLog:text")]
+    assert any(f"gap of {gaps[0].length_s:.3f} s" in v[0] for v in log.values)
+
+
+def test_retried_segment_is_a_range_and_a_warning(built: dict[str, Built]) -> None:
+    b = built["webxr"]
+    s0 = b.trajectory.info.start_ns
+    retries = [s for s in b.trajectory.annotations.segments if s.outcome == "retry"]
+    assert retries
+    column = b.columns[("/signals/segments/retry", "Scalars:scalars")]
+    expected = sorted([s.start_ns - s0 for s in retries] + [s.end_ns - s0 for s in retries])
+    np.testing.assert_allclose(column.time_ns, expected, atol=1)
+    levels = b.columns[("/events/segments", "TextLog:level")].values
+    assert [v[0] for v in levels].count("WARN") == len(retries)
+
+
+def test_quality_document_names_the_verdict_and_blocking_reasons(built: dict[str, Built]) -> None:
+    b = built["webxr"]
+    text = b.static[("/quality/report", "TextDocument:text")]
+    assert isinstance(text, list)
+    doc = text[0]
+    assert f"# Quality: {compute_report(b.trajectory).status.upper()}" in doc
+    assert not b.gate.passed  # a hand is never seen
+    assert "Export gate: BLOCKED" in doc
+    for outcome in b.gate.errors:
+        assert outcome.description in doc
+
+
+def test_view_coordinates_follow_the_world_frame(built: dict[str, Built]) -> None:
+    # every demo source is right-handed, Y up
+    for b in built.values():
+        assert b.static[("/world", "ViewCoordinates:xyz")] == [
+            list(rr.components.ViewCoordinates.RIGHT_HAND_Y_UP.as_arrow_array()[0].as_py())
+        ]
+
+
+def test_cli_view_save_only_finds_raw_media_and_gate_in_a_storage_layout(
+    built: dict[str, Built], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = built["webxr"]
+    key = b.trajectory.info.capture_id
+    write_trajectory(b.trajectory, tmp_path / "trajectory" / key)
+    shutil.copytree(b.capture, tmp_path / "raw" / key)
+    (tmp_path / "quality" / key).mkdir(parents=True)
+    (tmp_path / "quality" / key / GATE_FILE).write_text(b.gate.to_json())
+    out = tmp_path / "view.rrd"
+    folder = str(tmp_path / "trajectory" / key)
+    assert main(["view", folder, "--save-only", "--out", str(out)]) == 0
+    assert str(out) in capsys.readouterr().out
+    columns, static = read_back(out)
+    assert ("/world/cameras/camera_outward", "VideoFrameReference:timestamp") in columns
+    doc = static[("/quality/report", "TextDocument:text")]
+    assert isinstance(doc, list) and "Export gate: BLOCKED" in doc[0]
+    # by key: the same storage, no stored recording yet -> built from the stages
+    by_key = tmp_path / "by-key.rrd"
+    assert main(["view", key, "--data", str(tmp_path), "--save-only", "--out", str(by_key)]) == 0
+    assert set(read_back(by_key)[0]) == set(columns)
+    assert main(["view", "no-such-key", "--data", str(tmp_path), "--save-only"]) == 2
