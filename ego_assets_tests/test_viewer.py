@@ -23,6 +23,7 @@ from ego_assets.cli import main
 from ego_assets.defs.demo import aria_fixture_dir
 from ego_assets.quality.expectations import run_expectations
 from ego_assets.quality.gate import GATE_FILE, Gate
+from ego_assets.quality.policy import default_policy
 from ego_assets.quality.report import compute_report
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.model import Trajectory
@@ -92,7 +93,7 @@ def read_back(path: Path) -> tuple[dict[tuple[str, str], Column], dict[tuple[str
 
 def _build(trajectory: Trajectory, capture: Path, out: Path) -> Built:
     report = compute_report(trajectory)
-    gate = Gate.build(report, run_expectations(report), "test")
+    gate = Gate.build(report, run_expectations(report), "test", default_policy())
     summary = build_recording(trajectory, out, media_dir=capture, report=report, gate=gate)
     columns, static = read_back(out)
     return Built(trajectory, capture, summary, columns, static, gate)
@@ -303,8 +304,9 @@ def test_quality_document_names_the_verdict_and_blocking_reasons(built: dict[str
     assert f"# Quality: {compute_report(b.trajectory).status.upper()}" in doc
     assert not b.gate.passed  # a hand is never seen
     assert "Export gate: BLOCKED" in doc
-    for outcome in b.gate.errors:
-        assert outcome.description in doc
+    assert b.gate.reasons
+    for reason in b.gate.reasons:
+        assert reason in doc
 
 
 def test_view_coordinates_follow_the_world_frame(built: dict[str, Built]) -> None:

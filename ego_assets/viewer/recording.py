@@ -650,14 +650,17 @@ def quality_markdown(report: QualityReport, gate: Gate | None) -> str:
     if gate is None:
         lines += ["## Export gate: not evaluated (no gate stored with this trajectory)", ""]
     else:
-        lines += [f"## Export gate: {'passed' if gate.passed else 'BLOCKED'}", ""]
-        if gate.errors:
-            lines += ["Blocking reasons:", ""]
-            lines += [f"- {o.description}: {', '.join(o.observed)}" for o in gate.errors]
-            lines.append("")
-        if gate.warnings:
-            lines += ["Warnings:", ""]
-            lines += [f"- {o.description}: {', '.join(o.observed)}" for o in gate.warnings]
+        lines += [f"## Export gate: {gate.verdict.upper()}", "", gate.summary(), ""]
+        if gate.blocked_exports:
+            lines += [f"Blocked exports: {', '.join(gate.blocked_exports)}", ""]
+        if gate.reasons:
+            lines += ["Blocking reasons:", "", *(f"- {r}" for r in gate.reasons), ""]
+        for f in gate.waived:
+            lines.append(f"- waived: {f.text()} by {f.waived_by} ({f.waiver_reason})")
+        failed = (*gate.errors, *gate.warnings)
+        if failed:
+            lines += ["", "Expectations not met:", ""]
+            lines += [f"- {o.severity} {o.description}: {', '.join(o.observed)}" for o in failed]
             lines.append("")
     flagged = [m for m in report.metrics if m.status != "pass"]
     if flagged:
