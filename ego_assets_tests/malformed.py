@@ -457,6 +457,14 @@ def _cases() -> list[Case]:
             insert_bytes("transcript.json", b'"text": "', b"caf\xe9 "),
         ),
         c(
+            "hv-transcript-surrogate",
+            HV,
+            "non-utf8",
+            "transcript.json",
+            "unpaired surrogate escape",
+            set_json("transcript.json", ("segments", 0, "text"), '"a \\ud800 b"'),
+        ),
+        c(
             "hv-steps-nested-100k",
             HV,
             "deep-json",
@@ -545,6 +553,7 @@ def _cases() -> list[Case]:
             "caf\udce9.txt",
             "bytes that are not UTF-8",
             add_file(b"caf\xe9.txt"),
+            reseal=False,  # a marker naming it would be refused first (not Unicode)
         ),
         c(
             "hv-stereo-1e400",
@@ -753,6 +762,14 @@ def _cases() -> list[Case]:
             set_json("session.json", ("recorder_rate_hz",), "1e400"),
         ),
         c(
+            "wx-rate-zero",
+            WX,
+            "other",
+            "session.json",
+            "0 is outside the plausible range 0.1 to 1000",
+            set_json("session.json", ("recorder_rate_hz",), "0"),
+        ),
+        c(
             "wx-characteristic-nan",
             WX,
             "other",
@@ -905,6 +922,14 @@ def _cases() -> list[Case]:
             "meta.json",
             "does not fit in 64 bits",
             set_json("meta.json", ("mano", "n_pca"), HUGE_INT),
+        ),
+        c(
+            "mv-frame-index-negative",
+            MV,
+            "other",
+            "frames.csv",
+            "frame -3 is outside 0 to 2147483647",
+            set_csv("frames.csv", 6, "frame_index", "-3"),
         ),
         c("mv-frames-bom", MV, "csv-bom", "frames.csv", "", prefix_bom("frames.csv")),
         # ---- aria-mps (the packaged MPS sample)

@@ -5,7 +5,8 @@ the capture folder (no absolute paths, no ``..``, no symlink leaving the folder,
 symlink loop), and reads CSV (pyarrow), JSON and JSON Lines, turning every parse
 failure into a `CaptureFormatError` naming capture, file, field and row: bytes that
 are not UTF-8, JSON nested deeper than `MAX_JSON_DEPTH`, integers too long to parse,
-a JSON document over `MAX_JSON_BYTES`, an unreadable file. A UTF-8 byte-order mark at
+a JSON document over `MAX_JSON_BYTES`, a JSON string that is not Unicode (an unpaired
+surrogate escape), an unreadable file. A UTF-8 byte-order mark at
 the start of a CSV or JSON file is accepted (and skipped).
 """
 
@@ -37,6 +38,7 @@ UTF8_BOM = b"\xef\xbb\xbf"
 
 # C0/C1 control characters, and the surrogates that stand for undecodable name bytes
 _UNPRINTABLE_RE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _ROW_RE = re.compile(r"[Rr]ow #(\d+)")
 _COL_RE = re.compile(r"column #(\d+)")
 
@@ -131,8 +133,9 @@ class CaptureFiles:
             raise self.error(rel, f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
         except ValueError as exc:  # e.g. an integer literal over Python's 4300-digit limit
             raise self.error(rel, f"malformed JSON: {_first_line(exc)}") from None
-        if _json_depth(doc) > MAX_JSON_DEPTH:
-            raise self.error(rel, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        problem = _json_problem(doc)
+        if problem is not None:
+            raise self.error(rel, problem)
         return doc
 
     def _decode(self, rel: str, data: bytes, row: int | None = None) -> str:
@@ -309,23 +312,27 @@ def _value_row(path: Path, field: str, value: str) -> int | None:
     return int(hits[0]) + 1 if len(hits) else None
 
 
-def _json_depth(doc: Any) -> int:
-    """Deepest nesting of lists/objects in a parsed JSON value (iterative, stops early)."""
-    deepest = 0
+def _json_problem(doc: Any) -> str | None:
+    """Why a parsed JSON document is unusable: nested deeper than `MAX_JSON_DEPTH`, or a
+    string (value or key) with an unpaired surrogate escape such as ``"\\ud800"``, which
+    is not Unicode text and could not be written as UTF-8 later. Iterative."""
     stack: list[tuple[Any, int]] = [(doc, 1)]
     while stack:
         value, depth = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE_RE.search(value):
+                return f"text {value[:40]!r} has an unpaired surrogate escape (not Unicode)"
+            continue
         if isinstance(value, dict):
-            children: Any = value.values()
+            children: list[Any] = [*value.keys(), *value.values()]
         elif isinstance(value, list):
             children = value
         else:
             continue
-        deepest = max(deepest, depth)
-        if deepest > MAX_JSON_DEPTH:
-            break
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return deepest
+        if depth > MAX_JSON_DEPTH:
+            return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+        stack.extend((child, depth + 1) for child in children)
+    return None
 
 
 def _not_a_file(path: Path) -> str:
