@@ -49,6 +49,8 @@ def _hand(
     n = len(seconds)
     if positions is None:
         positions = np.broadcast_to(_skeleton(), (n, len(ARKIT27), 3)).copy()
+    if hand == "left":  # the mirror image of the right hand's skeleton (its chirality)
+        positions = positions * np.array([-1.0, 1.0, 1.0])
     fields = {
         "position": positions,
         "hand_valid": np.ones(n, bool) if valid is None else valid,
@@ -140,6 +142,22 @@ def test_one_ten_centimetre_jump_at_90_hz_is_one_teleport() -> None:
     speeds = np.full(n - 1, 0.9)
     speeds[59] = 9.9
     assert hand.wrist_speed_p99_mps == pytest.approx(np.percentile(speeds, 99), rel=1e-6)
+
+
+def test_a_twelve_centimetre_jump_at_15_hz_is_a_teleport_and_a_fast_reach_is_not() -> None:
+    n = 30
+    t = np.arange(n) / 15.0
+    pos = np.broadcast_to(_skeleton(), (n, 27, 3)).copy()
+    pos[:, :, 2] += 0.1 * np.arange(n)[:, None]  # 10 cm per 67 ms step: 1.5 m/s, smooth
+    pos[15:17, :, 0] += 0.12  # two samples 12 cm aside (1.8 m/s each way), then back
+    left, right = _both_hands(t, positions=pos, rate_hz=15.0)
+    hand = compute_report(_trajectory(left, right)).hand("right")
+    assert hand.teleport_count == 1  # one event: out, stay, back
+    assert hand.wrist_speed_max_mps < 3.0
+    smooth = np.broadcast_to(_skeleton(), (n, 27, 3)).copy()
+    smooth[:, :, 2] += 0.1 * np.arange(n)[:, None]
+    left, right = _both_hands(t, positions=smooth, rate_hz=15.0)
+    assert compute_report(_trajectory(left, right)).hand("right").teleport_count == 0
 
 
 def test_a_five_centimetre_step_within_one_30_hz_frame_is_a_teleport() -> None:

@@ -354,6 +354,14 @@ def test_string_inside_a_joint_names_the_joint(tmp_path):
     assert "joint 6: value 2: expected a number, got str" in err.reason
 
 
+def test_a_tracked_value_that_is_not_0_or_1_is_a_format_error(tmp_path):
+    slots = default_slots()
+    slots[4]["right"]["joints"][6][8] = 0.5  # must not be read as tracked
+    err = read_error(write_journal(tmp_path / "c", slots=slots))
+    assert (err.file, err.field, err.row) == ("slots.jsonl", "right.joints", 5)
+    assert "joint 6: tracked value 0.5 is not 0 or 1" in err.reason
+
+
 def test_short_head_position_names_head_p(tmp_path):
     slots = default_slots()
     slots[0]["head"]["p"] = [1.0, 2.0]

@@ -231,7 +231,25 @@ _LANDMARK_UV = _joint_columns(VISION21, ("u", "v"))
 _LANDMARK_C = _joint_columns(VISION21, ("c",))
 
 
-def _vision_hand(r: _Reader, side: str) -> list[Stream]:
+# Frames an iPhone capture may declare for its 3D landmarks (metadata
+# ``landmarks_3d_frame``): ``"world"`` (ARKit world, the default) or ``"hand"``
+# (hand-centred, e.g. MediaPipe world landmarks). Motion figures skip hand-centred ones.
+LANDMARK_FRAMES = ("world", "hand")
+
+
+def landmarks_frame(files: CaptureFiles, meta: Mapping[str, object]) -> str:
+    """The declared frame of the 3D landmarks (`LANDMARK_FRAMES`), "world" by default."""
+    frame = holos_meta.optional_text(files, METADATA, meta, "landmarks_3d_frame") or "world"
+    if frame not in LANDMARK_FRAMES:
+        raise files.error(
+            METADATA,
+            f"landmarks_3d_frame {frame!r} is not one of {list(LANDMARK_FRAMES)}",
+            field="landmarks_3d_frame",
+        )
+    return frame
+
+
+def _vision_hand(r: _Reader, side: str, frame: str = "world") -> list[Stream]:
     rel = LANDMARKS_CSV.format(side=side)
     table = r.table(rel, LANDMARK_COLUMNS)
     n = table.num_rows
@@ -259,7 +277,7 @@ def _vision_hand(r: _Reader, side: str) -> list[Stream]:
     }
     return [
         r.stream(
-            f"hand_{side}_landmarks_3d", "hand_joints", ts, hand3d, {**common, "frame": "world"}
+            f"hand_{side}_landmarks_3d", "hand_joints", ts, hand3d, {**common, "frame": frame}
         ),
         r.stream(
             f"hand_{side}_landmarks_2d",
@@ -364,10 +382,11 @@ def read_holos(files: CaptureFiles, marker: dict) -> Trajectory:
     r = _Reader(files, clock)
     consumed = {MARKER_FILE, METADATA, DEVICE_POSE_CSV}
     streams = [_device_pose(r, iphone)]
+    frame = landmarks_frame(files, meta) if iphone else "world"
     for side in SIDES:
         if iphone:
             consumed.add(LANDMARKS_CSV.format(side=side))
-            streams.extend(_vision_hand(r, side))
+            streams.extend(_vision_hand(r, side, frame))
         else:
             consumed.add(HAND_CSV.format(side=side))
             streams.extend(_arkit_hand(r, side))

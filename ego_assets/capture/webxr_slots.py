@@ -178,7 +178,10 @@ def _hand(records: list[Any], live: np.ndarray, side: str) -> HandArrays:
         position[rows] = joints[..., 0:3]
         rotation[rows] = joints[..., 3:7]
         radius[rows] = joints[..., 7]
-        joint_valid[rows] = joints[..., 8] != 0
+        flag = joints[..., 8]
+        if not np.isin(flag, (0, 1)).all():  # a 0.5 must not read as tracked
+            raise _Invalid
+        joint_valid[rows] = flag != 0
         hand_valid[rows] = np.array(tracked, dtype=bool)
     return HandArrays(position, rotation, radius, joint_valid, hand_valid)
 
@@ -299,6 +302,8 @@ def _hand_problem(side: str, hand: Any) -> tuple[str, str] | None:
         problem = _vector_problem(field, joint, JOINT_VALUES, (*_NUMBER, bool))
         if problem:
             return field, f"joint {j}: {problem[1]}"
+        if joint[JOINT_VALUES - 1] not in (0, 1):  # True/False and 0/1 only
+            return field, f"joint {j}: tracked value {joint[-1]!r} is not 0 or 1"
     return None
 
 

@@ -15,6 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ego_assets.quality.plausibility import (
+    chirality_mismatch_ratio,
+    pinch_distance_error_m,
+    rotation_axis_error_deg,
+    teleport_flags,
+)
 from ego_assets.quality.streams import (
     StreamQuality,
     gap_limit_s,
@@ -24,7 +30,7 @@ from ego_assets.quality.streams import (
 )
 from ego_assets.quality.thresholds import Thresholds
 from ego_assets.trajectory.joints import FINGERTIPS, JOINT_SETS, PARENTS, WRIST, bone_lengths
-from ego_assets.trajectory.streams import Stream
+from ego_assets.trajectory.streams import HAND_CENTRED_FRAMES, Stream
 
 HANDS = ("left", "right")
 HAND_KINDS = frozenset({"hand_joints", "hand_landmarks_2d", "wrist_palm", "mano"})
@@ -62,13 +68,18 @@ class HandQuality:
         bone_length_cv_max: largest of those.
         betas_std_max: largest per-coefficient std of MANO betas over detected frames.
         wrist_speed_p99_mps, wrist_speed_max_mps: over consecutive valid pairs, m/s.
-        teleport_count: consecutive valid pairs that jump (see ``thresholds.toml``).
+        teleport_count: teleport events: runs of consecutive valid pairs that jump
+            (see `plausibility.teleport_flags` and ``thresholds.toml``).
         jitter_mps3: mean |third difference| x rate^3 of wrist and fingertips, m s-3
             (HaWoR convention; it grows with the cube of the rate for the same noise).
         jitter_third_diff_mm: the same mean |third difference| in millimetres, without the
             rate factor: white position noise of std s gives about 7.1 s at any rate.
         quat_norm_error_max: from the primary stream's `StreamQuality`.
         non_finite_valid: valid samples with NaN/inf in tracked joints (primary stream).
+        rotation_axis_error_deg, chirality_mismatch_ratio, pinch_distance_error_m:
+            plausibility figures of the primary stream (`ego_assets.quality.plausibility`).
+        skipped: ``"<figure>: <why>"`` for figures not measured on this stream (e.g.
+            motion figures of landmarks declared in a hand-centred frame).
     """
 
     hand: str
@@ -90,6 +101,14 @@ class HandQuality:
     jitter_third_diff_mm: float
     quat_norm_error_max: float
     non_finite_valid: int
+    rotation_axis_error_deg: float = float("nan")
+    chirality_mismatch_ratio: float = float("nan")
+    pinch_distance_error_m: float = float("nan")
+    skipped: tuple[str, ...] = ()
+
+
+# Figures that need positions in a world (or device) frame: hand motion.
+WORLD_FRAME_FIGURES = ("wrist_speed_p99_mps", "teleport_count", "jitter_mps3")
 
 
 def primary_rank(stream: Stream) -> int:
@@ -207,7 +226,7 @@ def wrist_steps(stream: Stream) -> tuple[np.ndarray, np.ndarray, np.ndarray] | N
 
 
 def _motion(stream: Stream, thresholds: Thresholds) -> tuple[float, float, int, float]:
-    """(wrist speed p99 m/s, max m/s, teleport count, mean |third difference| m)."""
+    """(wrist speed p99 m/s, max m/s, teleport events, mean |third difference| m)."""
     got = tracked_points(stream)
     steps = wrist_steps(stream)
     nan = float("nan")
@@ -215,17 +234,21 @@ def _motion(stream: Stream, thresholds: Thresholds) -> tuple[float, float, int, 
         return nan, nan, 0, nan
     points, tracked = got
     dt_s = np.diff(stream.timestamp_ns).astype(np.float64) / 1e9
-    _, step_m, pair_dt_s = steps
+    limit = gap_limit_s(nominal_rate(stream)[0], thresholds)
+    pair, step_m, pair_dt_s = steps
     speed = step_m / pair_dt_s
     if speed.size:
         p99, top = float(np.percentile(speed, 99)), float(speed.max())
-        jump = (step_m > thresholds.teleport_step_m) & (
-            pair_dt_s <= thresholds.teleport_step_window_s
+        flags = teleport_flags(
+            points[:, 0, :],
+            dt_s,
+            pair & (dt_s <= limit),
+            thresholds.teleport_speed_mps,
+            thresholds.teleport_step_m,
         )
-        teleports = int(np.count_nonzero((speed > thresholds.teleport_speed_mps) | jump))
+        teleports = int(np.count_nonzero(flags[1:] & ~flags[:-1]) + int(flags[:1].sum()))
     else:
         p99, top, teleports = nan, nan, 0
-    limit = gap_limit_s(nominal_rate(stream)[0], thresholds)
     if len(stream) < 4:
         return p99, top, teleports, nan
     interval_ok = (dt_s > 0) & (dt_s <= limit)
@@ -242,10 +265,14 @@ def hand_quality(
     stream_reports: dict[str, StreamQuality],
     thresholds: Thresholds,
     duration_s: float,
+    left_handed_frame: bool = False,
 ) -> HandQuality:
     """Measure ``hand`` on its primary stream among ``streams``.
 
-    ``duration_s`` (the episode's) is the tracking-loss length of a hand without a stream.
+    ``duration_s`` (the episode's) is the tracking-loss length of a hand without a stream;
+    ``left_handed_frame``: the capture's coordinates are left-handed (chirality flips).
+    Motion figures are skipped, and say why, when the primary stream's positions are in
+    a hand-centred frame (`HAND_CENTRED_FRAMES`): they would measure nothing real.
     """
     candidates = hand_streams(streams, hand)
     nan = float("nan")
@@ -259,7 +286,15 @@ def hand_quality(
     n, n_valid = len(primary), int(np.count_nonzero(valid))
     names, cv = _bone_cv(primary, valid)
     finite_cv = cv[np.isfinite(cv)]
-    p99, top, teleports, third_m = _motion(primary, thresholds)
+    frame = str(primary.attrs.get("frame", ""))
+    skipped: tuple[str, ...] = ()
+    if frame in HAND_CENTRED_FRAMES:
+        p99, top, teleports, third_m = nan, nan, 0, nan
+        why = f"positions are in the hand-centred frame {frame!r}, not a world frame"
+        skipped = tuple(f"{name}: {why}" for name in WORLD_FRAME_FIGURES)
+    else:
+        p99, top, teleports, third_m = _motion(primary, thresholds)
+    pinch = next((s for s in streams if s.kind == "pinch"), None)
     sq = stream_reports[primary.name]
     rate_hz = sq.nominal_rate_hz
     return HandQuality(
@@ -282,4 +317,8 @@ def hand_quality(
         jitter_third_diff_mm=third_m * 1e3,
         quat_norm_error_max=sq.quat_norm_error_max,
         non_finite_valid=sq.non_finite_valid,
+        rotation_axis_error_deg=rotation_axis_error_deg(primary),
+        chirality_mismatch_ratio=chirality_mismatch_ratio(primary, hand, left_handed_frame),
+        pinch_distance_error_m=pinch_distance_error_m(primary, pinch, hand),
+        skipped=skipped,
     )

@@ -28,7 +28,7 @@ from ego_assets.trajectory.records import to_jsonable
 from ego_assets.trajectory.store import write_file_atomic
 from ego_assets.trajectory.streams import Stream
 
-REPORT_VERSION = "quality-report-1"
+REPORT_VERSION = "quality-report-2"
 REPORT_JSON = "quality.json"
 REPORT_PARQUET = "quality.parquet"
 STATUS_ORDER = {"pass": 0, "warn": 1, "fail": 2}
@@ -44,6 +44,9 @@ _HAND_ROW_FIGURES: tuple[tuple[str, pa.DataType], ...] = (
     ("teleport_count", pa.int64()),
     ("jitter_mps3", pa.float64()),
     ("jitter_third_diff_mm", pa.float64()),
+    ("rotation_axis_error_deg", pa.float64()),
+    ("chirality_mismatch_ratio", pa.float64()),
+    ("pinch_distance_error_m", pa.float64()),
 )
 
 # One row per episode in quality.parquet; columns are append-only (docs/quality.md).
@@ -76,6 +79,7 @@ ROW_SCHEMA = pa.schema(
         ("video_hand_offset_p99_ms", pa.float64()),
         ("start_misalignment_s", pa.float64()),
         ("end_misalignment_s", pa.float64()),
+        ("max_out_of_domain_ratio", pa.float64()),
     ]
 )
 
@@ -244,6 +248,7 @@ class QualityReport:
             video_hand_offset_p99_ms=self.cross.video_hand_offset_p99_ms,
             start_misalignment_s=self.cross.start_misalignment_s,
             end_misalignment_s=self.cross.end_misalignment_s,
+            max_out_of_domain_ratio=_nanmax([s.out_of_domain_ratio for s in self.streams]),
         )
         return {name: row[name] for name in ROW_SCHEMA.names}
 
@@ -346,6 +351,7 @@ _STREAM_METRICS = (
     "longest_gap_s",
     "non_finite_ratio",
     "quat_norm_error_max",
+    "out_of_domain_ratio",
 )
 _TIMED_ONLY = frozenset(_STREAM_METRICS[:5])
 _HAND_METRICS = (
@@ -357,6 +363,9 @@ _HAND_METRICS = (
     "wrist_speed_p99_mps",
     "teleport_count",
     "jitter_mps3",
+    "rotation_axis_error_deg",
+    "chirality_mismatch_ratio",
+    "pinch_distance_error_m",
 )
 _CROSS_METRICS = ("start_misalignment_s", "end_misalignment_s")
 
@@ -397,7 +406,8 @@ def _metrics(
         names = [n for n in _STREAM_METRICS if sq.timed or n not in _TIMED_ONLY]
         out += _classify(thresholds, f"stream:{sq.name}", [(n, getattr(sq, n)) for n in names])
     for hq in hands:
-        figures = [(n, getattr(hq, n)) for n in _HAND_METRICS]
+        skipped = {entry.split(":", 1)[0] for entry in hq.skipped}
+        figures = [(n, getattr(hq, n)) for n in _HAND_METRICS if n not in skipped]
         out += _classify(thresholds, f"hand:{hq.hand}", figures)
     cross_figures = [(n, getattr(cross, n)) for n in _CROSS_METRICS]
     cross_figures.append(("video_hand_offset_p99_periods", cross.video_hand_offset_p99_periods))
@@ -416,7 +426,10 @@ def compute_report(trajectory: Trajectory, thresholds: Thresholds | None = None)
     streams = tuple(stream_quality(s, limits) for s in trajectory.streams)
     by_name = {sq.name: sq for sq in streams}
     duration_s = trajectory.duration_s
-    hands = tuple(hand_quality(h, trajectory.streams, by_name, limits, duration_s) for h in HANDS)
+    mirrored = trajectory.info.handedness == "left"
+    hands = tuple(
+        hand_quality(h, trajectory.streams, by_name, limits, duration_s, mirrored) for h in HANDS
+    )
     cross = _cross(trajectory, hands)
     episode = _episode(trajectory)
     metrics = _metrics(limits, streams, hands, cross, episode)

@@ -82,6 +82,8 @@ class StreamQuality:
         non_finite_ratio: non_finite_valid / valid samples (NaN for NaN-by-design kinds).
         valid_samples: samples the source marked valid (= samples without a validity field).
         quat_norm_error_max: max | |q| - 1 | over finite valid quaternions (NaN: none).
+        out_of_domain_ratio: valid samples with a confidence outside [0, 1] or a negative
+            radius / valid samples (NaN for streams without either field).
         start_s, end_s: first and last sample time, seconds since capture start.
         gaps: the longest `MAX_LISTED_GAPS` gaps, in time order.
     """
@@ -109,6 +111,7 @@ class StreamQuality:
     non_finite_ratio: float
     valid_samples: int
     quat_norm_error_max: float
+    out_of_domain_ratio: float
     start_s: float
     end_s: float
     gaps: tuple[Gap, ...]
@@ -177,6 +180,29 @@ def _quat_norm_error(stream: Stream, valid: np.ndarray) -> float:
         err = np.where(joints[valid], err, np.nan)
     finite = err[np.isfinite(err)]
     return float(finite.max()) if finite.size else float("nan")
+
+
+def out_of_domain_ratio(stream: Stream) -> float:
+    """Share of valid samples with a confidence outside [0, 1] or a negative radius of a
+    tracked joint; NaN for streams with neither field."""
+    names = [f for f in ("hand_confidence", "joint_confidence", "radius") if f in stream.fields]
+    if not names or not len(stream):
+        return float("nan")
+    valid = validity(stream)
+    bad = np.zeros(len(stream), bool)
+    mask = joint_mask(stream) if "radius" in names else None
+    for name in names:
+        values = np.asarray(stream.fields[name], np.float64).reshape(len(stream), -1)
+        finite = np.isfinite(values)
+        if name == "radius":
+            wrong = finite & (values < 0)
+            if mask is not None:
+                wrong &= mask
+        else:
+            wrong = finite & ((values < 0) | (values > 1))
+        bad |= wrong.any(axis=1)
+    n_valid = int(np.count_nonzero(valid))
+    return float(np.count_nonzero(bad & valid) / n_valid) if n_valid else float("nan")
 
 
 def _timing(stream: Stream, limit_s: float) -> tuple[float, float, np.ndarray, np.ndarray]:
@@ -253,6 +279,7 @@ def stream_quality(stream: Stream, thresholds: Thresholds) -> StreamQuality:
         non_finite_ratio=nf_ratio,
         valid_samples=n_valid,
         quat_norm_error_max=_quat_norm_error(stream, valid),
+        out_of_domain_ratio=out_of_domain_ratio(stream),
         start_s=float(stream.time.min()) if n else float("nan"),
         end_s=float(stream.time.max()) if n else float("nan"),
         gaps=gaps,

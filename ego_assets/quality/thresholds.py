@@ -65,9 +65,9 @@ class Thresholds:
         version: the file's ``version``.
         gap_factor: an interval is a gap when longer than ``gap_factor`` nominal periods...
         gap_min_s: ...and longer than this many seconds.
-        teleport_speed_mps: wrist speed above this (m/s) is a teleport.
-        teleport_step_m: a wrist step longer than this (m)...
-        teleport_step_window_s: ...within at most this interval (s) is a teleport.
+        teleport_speed_mps: wrist speed above this (m/s) is a teleport...
+        teleport_step_m: ...and so is a wrist sample landing more than this (m) away from
+            where the previous pair's velocity puts it (any sample rate).
         metrics: one `MetricThreshold` per metric, in file order.
     """
 
@@ -76,13 +76,12 @@ class Thresholds:
     gap_min_s: float
     teleport_speed_mps: float
     teleport_step_m: float
-    teleport_step_window_s: float
     metrics: tuple[MetricThreshold, ...]
 
     def __post_init__(self) -> None:
         if self.gap_factor <= 1.0 or self.gap_min_s < 0:
             raise ValueError("thresholds: gap.factor must be > 1 and gap.min_s >= 0")
-        if min(self.teleport_speed_mps, self.teleport_step_m, self.teleport_step_window_s) <= 0:
+        if min(self.teleport_speed_mps, self.teleport_step_m) <= 0:
             raise ValueError("thresholds: teleport limits must be > 0")
 
     def metric(self, name: str) -> MetricThreshold:
@@ -112,7 +111,6 @@ class Thresholds:
                 gap_min_s=float(data["gap"]["min_s"]),
                 teleport_speed_mps=float(data["teleport"]["speed_mps"]),
                 teleport_step_m=float(data["teleport"]["step_m"]),
-                teleport_step_window_s=float(data["teleport"]["step_window_s"]),
                 metrics=metrics,
             )
         except KeyError as exc:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from ego_assets.synth.faults import FAULTS, make_plan
+from ego_assets.synth.faults import FAULTS, PLAUSIBILITY_FAULTS, make_plan
 from ego_assets.synth.holos import write_holos
 from ego_assets.synth.mano_video import write_mano_video
 from ego_assets.synth.motion import make_scene
@@ -29,12 +29,14 @@ MARKER_KINDS = {
     "webxr": "webxr",
     "mano-video": "mano_video",
 }
-_ALL_BUT_RETRY = tuple(f for f in FAULTS if f != "retried_segment")
 APPLICABLE_FAULTS = {
-    "holos-visionpro": FAULTS,
-    "holos-iphone": FAULTS,
-    "webxr": FAULTS,
-    "mano-video": _ALL_BUT_RETRY,
+    kind: tuple(
+        f
+        for f in FAULTS
+        if kind in PLAUSIBILITY_FAULTS.get(f, KINDS)
+        and not (kind == "mano-video" and f == "retried_segment")
+    )
+    for kind in KINDS
 }
 
 

@@ -23,8 +23,26 @@ FAULTS = (
     "dropped_video_frames",
     "retried_segment",
     "hand_never_seen",
+    # plausibility faults: each one is caught by one plausibility metric (docs/quality.md)
+    "quaternion_wxyz",
+    "swapped_hands",
+    "negative_radius",
+    "pinch_strength",
+    "teleport",
 )
+# The original faults apply to every kind; plausibility faults to the kinds whose files
+# carry what they break (joint rotations, radii and pinch: WebXR; a 15 Hz hand: iPhone).
+PLAUSIBILITY_FAULTS = {
+    "quaternion_wxyz": ("webxr",),
+    "swapped_hands": ("webxr", "holos-visionpro", "holos-iphone"),
+    "negative_radius": ("webxr",),
+    "pinch_strength": ("webxr",),
+    "teleport": ("webxr", "holos-iphone"),
+}
 JITTER_STD_M = 0.004
+TELEPORT_M = 0.12  # the hand jumps this far for TELEPORT_SAMPLES samples, then comes back
+TELEPORT_SAMPLES = 2
+PINCH_STRENGTH_RANGE_M = 0.1  # pinch_strength writes 1 - distance / this, clipped to [0, 1]
 MIN_DROPOUT_S = 0.5
 N_TIMESTAMP_FAULTS = 3
 
@@ -113,6 +131,37 @@ class FaultPlan:
             start = int(rng.integers(lo, max(lo + 1, hi)))
             keep[start : start + int(rng.integers(1, 4))] = False
         return keep
+
+    def written_side(self, side: str) -> str:
+        """The side a hand is written under (``swapped_hands``: the other one)."""
+        if not self.has("swapped_hands"):
+            return side
+        return "right" if side == "left" else "left"
+
+    def joint_quaternions(self, quat: np.ndarray) -> np.ndarray:
+        """(..., 4) xyzw quaternions as written (``quaternion_wxyz``: w first)."""
+        return quat[..., [3, 0, 1, 2]] if self.has("quaternion_wxyz") else quat
+
+    def radii(self, radii: np.ndarray) -> np.ndarray:
+        """Joint radii (m) as written (``negative_radius``: sign flipped)."""
+        return -radii if self.has("negative_radius") else radii
+
+    def pinch(self, distance_m: np.ndarray) -> np.ndarray:
+        """Pinch values as written: the thumb-index distance in metres, or under
+        ``pinch_strength`` a 0-1 strength (1 = touching) as some runtimes report it."""
+        if not self.has("pinch_strength"):
+            return distance_m
+        return np.clip(1.0 - distance_m / PINCH_STRENGTH_RANGE_M, 0.0, 1.0)
+
+    def teleport(self, stream: str, positions: np.ndarray) -> np.ndarray:
+        """(T, ..., 3) positions with, under ``teleport``, the whole hand moved
+        `TELEPORT_M` sideways for `TELEPORT_SAMPLES` samples around the middle."""
+        if not self.has("teleport") or len(positions) < 8:
+            return positions
+        start = len(positions) // 2 + int(self.rng(f"teleport-{stream}").integers(-2, 3))
+        out = positions.copy()
+        out[start : start + TELEPORT_SAMPLES, ..., 0] += TELEPORT_M
+        return out
 
     def jitter(self, stream: str, positions: np.ndarray) -> np.ndarray:
         """``positions`` (..., 3) m plus Gaussian noise (std `JITTER_STD_M`) under ``jitter``."""

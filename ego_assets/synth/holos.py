@@ -159,13 +159,14 @@ class _Holos:
         for j, name in enumerate(ARKIT27):
             cols += [(f"{name}_{ax}", joints[:, j, c], "%.6f") for c, ax in enumerate(_POSE7)]
             cols.append((f"{name}_tracked", flag, "%d"))
-        write_csv(self.out / f"hands/{side}.csv", cols)
+        write_csv(self.out / f"hands/{self.plan.written_side(side)}.csv", cols)
 
     def landmarks(self, side: str) -> None:
         """hands/<side>_landmarks.csv: Vision 21 landmarks at 15 Hz seen by camera_back."""
         t = _times(self.seconds, IPHONE_RATES_HZ["landmarks"])
         world, _ = self.scene.hand_world(side, t)
         world = self.plan.jitter(f"landmarks-{side}", world)[:, _VISION_FROM_WEBXR]
+        world = self.plan.teleport(f"landmarks-{side}", world)
         cam_pos, cam_rot = self.scene.head.pose(t)
         cv = world_to_opencv(world, cam_pos, cam_rot)
         px = project(cv, CAMERA)
@@ -187,7 +188,7 @@ class _Holos:
         for j, name in enumerate(VISION21):
             for c, ax in enumerate(("x", "y", "z", "u", "v", "c")):
                 cols.append((f"{name}_{ax}", values[:, j, c], "%.9f"))
-        write_csv(self.out / f"hands/{side}_landmarks.csv", cols)
+        write_csv(self.out / f"hands/{self.plan.written_side(side)}_landmarks.csv", cols)
 
     def imu(self) -> None:
         """imu.csv at 100 Hz, consistent with the device pose (device frame, g and rad/s)."""

@@ -84,10 +84,11 @@ def _hand_records(scene: Scene, plan: FaultPlan, t: np.ndarray) -> dict[str, lis
     out: dict[str, list[Any]] = {}
     for side in SIDES:
         world, quat = scene.hand_world(side, t)
-        world = plan.jitter(f"webxr-{side}", world)
+        world = plan.teleport(f"webxr-{side}", plan.jitter(f"webxr-{side}", world))
         tracked = plan.tracked(side, t)
-        pinch = np.linalg.norm(world[:, 4] - world[:, 9], axis=-1)
-        radii = np.broadcast_to(JOINT_RADII_M[None, :, None], (len(t), 25, 1))
+        pinch = plan.pinch(np.linalg.norm(world[:, 4] - world[:, 9], axis=-1))
+        radii = np.broadcast_to(plan.radii(JOINT_RADII_M)[None, :, None], (len(t), 25, 1))
+        quat = plan.joint_quaternions(quat)
         joints = rounded(np.concatenate([world, quat, radii], axis=-1), 9)
         hands: list[dict[str, Any] | None] = []
         pinches: list[float | None] = []
@@ -98,8 +99,8 @@ def _hand_records(scene: Scene, plan: FaultPlan, t: np.ndarray) -> dict[str, lis
             else:
                 hands.append(None)
                 pinches.append(None)
-        out[side] = hands
-        out[f"pinch-{side}"] = pinches
+        out[plan.written_side(side)] = hands
+        out[f"pinch-{plan.written_side(side)}"] = pinches
     return out
 
 

@@ -25,6 +25,13 @@ import numpy as np
 
 AttrValue = str | int | float | bool
 
+# Values of a stream's ``frame`` attr whose positions are relative to the hand itself
+# (origin at the wrist or the hand's centre, moving with it): ``"wrist"`` (a skeleton in
+# its wrist/anchor frame) and ``"hand"`` (landmarks a source declares hand-centred, such
+# as MediaPipe world landmarks). Every other frame (``"world"``, ``"device"``, a camera)
+# places the hand in space. Figures of hand motion need the latter.
+HAND_CENTRED_FRAMES = frozenset({"wrist", "hand"})
+
 
 class SampleFlag(enum.IntFlag):
     """Per-sample data faults, as found in the source (never repaired)."""
