@@ -4,7 +4,8 @@
   raw copy is kept as it is).
 * `normalize`: raw copy -> canonical trajectory, skipped when the stored trajectory
   was made from the same raw content by the same normalizer version.
-* `assess_quality`: trajectory -> quality report, timeline PNG and the export gate
+* `assess_quality`: trajectory -> quality report, timeline PNG, the episode's Rerun
+  recording (``episode.rrd``, with the raw video) and the export gate
   (export policy + waivers, Great Expectations results), skipped likewise when nothing
   changed (trajectory, quality code, policy, thresholds and the episode's waivers).
 * `require_export_gate`: what every exporter calls first.
@@ -28,6 +29,7 @@ from ego_assets.quality.timeline import timeline_png
 from ego_assets.quality.waivers import read_waivers, waivers_digest, waivers_for
 from ego_assets.storage import Storage, write_file
 from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory, write_trajectory_files
+from ego_assets.viewer.recording import RECORDING_FILE, VIEWER_VERSION, build_recording
 
 NORMALIZER_VERSION = "normalize-2"  # 2: media_frames declare camera_axes
 LINEAGE_FILE = "lineage.json"
@@ -103,7 +105,7 @@ def quality_version() -> str:
     """
     return (
         f"{REPORT_VERSION}+thresholds-{default_thresholds().version}"
-        f"+policy-{default_policy().version}"
+        f"+policy-{default_policy().version}+{VIEWER_VERSION}"
     )
 
 
@@ -128,9 +130,13 @@ def assess_quality(storage: Storage, key: str) -> StepResult:
         trajectory = read_trajectory(folder)
     report = compute_report(trajectory)
     gate = Gate.build(report, run_expectations(report), version, default_policy(), waivers)
-    with storage.write_dir("quality", key, index_file=GATE_FILE) as stage:
+    with (
+        storage.write_dir("quality", key, index_file=GATE_FILE) as stage,
+        storage.read_dir(storage.stage_path("raw", key)) as raw,
+    ):
         write_report(report, stage)
         (stage / TIMELINE_FILE).write_bytes(timeline_png(trajectory, report))
+        build_recording(trajectory, stage / RECORDING_FILE, media_dir=raw, report=report, gate=gate)
         (stage / GATE_FILE).write_text(gate.to_json())
     return StepResult(key, version, False, _gate_figures(gate))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import pytest
+from rerun.chunk import RrdReader
 
 from ego_assets.capture import read_capture
 from ego_assets.capture.manifest import write_marker
@@ -159,6 +160,13 @@ def test_every_asset_of_one_capture_writes_its_outputs_and_a_rerun_reuses_them(l
         }
         (check,) = result.get_asset_check_evaluations()
         assert check.check_name == GX_CHECK and check.passed
+        (quality_event,) = [
+            e
+            for e in result.get_asset_materialization_events()
+            if e.asset_key.path[-1] == "quality_report"
+        ]
+        recording = quality_event.materialization.metadata["recording"].value
+        assert str(recording).endswith("quality/xr/episode.rrd")
         before = {rel: backend.stamp(rel) for rel in STAMPED}
         again = _materialize(backend, instance, every_asset, partition_key="xr")
         assert again.success
@@ -184,6 +192,9 @@ def test_every_asset_of_one_capture_writes_its_outputs_and_a_rerun_reuses_them(l
     with backend.local("quality", "xr") as folder:
         assert (folder / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert json.loads((folder / "gate.json").read_text())["passed"] is True
+        # the episode's Rerun recording beside the report, with the camera video in it
+        entities = {c.entity_path for c in RrdReader(folder / "episode.rrd").stream()}
+        assert {"/world/cameras/camera_outward", "/world/hand_left", "/quality/report"} <= entities
 
 
 def test_malformed_capture_fails_its_partition_only_and_writes_nothing(landing, backend, tmp_path):

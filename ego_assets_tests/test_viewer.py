@@ -28,7 +28,7 @@ from ego_assets.quality.report import compute_report
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.store import write_trajectory
-from ego_assets.viewer.recording import RecordingSummary, build_recording
+from ego_assets.viewer.recording import RECORDING_FILE, RecordingSummary, build_recording
 from ego_assets.viewer.skeleton import chains
 
 # (kind, fault options)
@@ -338,4 +338,9 @@ def test_cli_view_save_only_finds_raw_media_and_gate_in_a_storage_layout(
     by_key = tmp_path / "by-key.rrd"
     assert main(["view", key, "--data", str(tmp_path), "--save-only", "--out", str(by_key)]) == 0
     assert set(read_back(by_key)[0]) == set(columns)
+    # the recording the quality step stored beside the report is opened as it is
+    shutil.copy(by_key, tmp_path / "quality" / key / RECORDING_FILE)
+    capsys.readouterr()
+    assert main(["view", key, "--data", str(tmp_path), "--save-only"]) == 0
+    assert "stored beside the quality report" in capsys.readouterr().out
     assert main(["view", "no-such-key", "--data", str(tmp_path), "--save-only"]) == 2

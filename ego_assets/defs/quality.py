@@ -32,6 +32,7 @@ from ego_assets.quality.gate import Gate
 from ego_assets.quality.report import REPORT_JSON, REPORT_PARQUET
 from ego_assets.quality.waivers import describe
 from ego_assets.storage import Storage
+from ego_assets.viewer.recording import RECORDING_FILE
 
 EXPORT_GATE_CHECK = "export_gate"
 GX_CHECK = EXPORT_GATE_CHECK  # the gate carries the Great Expectations outcomes too
@@ -89,6 +90,8 @@ def _quality_metadata(storage: Storage, key: str, gate: Gate | None) -> dict[str
         elif isinstance(value, int) and not isinstance(value, bool):
             md[label] = dg.MetadataValue.int(value)
     md["report"] = dg.MetadataValue.path(str(folder / REPORT_JSON))
+    md["recording"] = dg.MetadataValue.path(str(folder / RECORDING_FILE))
+    md["open recording"] = dg.MetadataValue.md(f"`ego-assets view {key}` (Rerun viewer)")
     return md
 
 

@@ -53,6 +53,9 @@ from ego_assets.viewer.video import load_video
 
 APPLICATION_ID = "ego_assets"
 RECORDING_FILE = "episode.rrd"
+# Bumped when the recording of an unchanged trajectory changes (part of the quality
+# step's code version: the recording is written beside the quality report).
+VIEWER_VERSION = "viewer-1"
 TIME = "time"
 HAND_RGB = {"left": (40, 110, 255), "right": (235, 60, 40)}
 OTHER_RGB = (200, 200, 200)
