@@ -26,10 +26,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import tarfile
 import zipfile
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -57,6 +60,7 @@ _Y_FULL = np.clip(np.round((np.arange(256) - 16) * 255 / 219), 0, 255).astype(np
 _C_FULL = np.clip(np.round((np.arange(256) - 128) * 255 / 224 + 128), 0, 255).astype(np.uint8)
 _PLANAR_FORMATS = {"yuv420p": False, "yuvj420p": True}  # name -> already full range
 _BT601 = {2, 5, 6}  # AVColorSpace: unspecified, BT470BG, SMPTE170M
+ENCODE_WORKERS = min(2, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,33 +135,58 @@ def npy_bytes(array: np.ndarray) -> bytes:
 # pixels
 
 
+def _pair_table(table: np.ndarray) -> np.ndarray:
+    """A 256-entry uint8 table applied to two pixels at once: 65536-entry uint16 table."""
+    pair = np.arange(65536)
+    native = table[pair & 255].astype(np.uint16) | (table[pair >> 8].astype(np.uint16) << 8)
+    return native if np.little_endian else native.byteswap()
+
+
+_Y_PAIRS = _pair_table(_Y_FULL)
+_C_PAIRS = _pair_table(_C_FULL)
+
+
 def encode_jpeg(frame: av.VideoFrame, quality: int) -> bytes:
     """JPEG bytes of one decoded video frame (4:2:0, full-range BT.601 as JFIF expects).
 
-    4:2:0 BT.601 frames go to the encoder as YUV planes (range-stretched when limited);
-    anything else is converted to RGB first.
+    4:2:0 BT.601 frames of even size go to the encoder as YUV planes (range-stretched
+    when limited, two pixels per table look-up); anything else goes through RGB.
     """
-    name = frame.format.name
-    if name in _PLANAR_FORMATS and frame.colorspace in _BT601 and frame.width % 2 == 0:
-        yuv = frame.to_ndarray()  # (H * 3 / 2, W): Y rows, then U, then V
-        h, w = frame.height, frame.width
-        y = yuv[:h]
-        u = yuv[h : h + h // 4].reshape(h // 2, w // 2)
-        v = yuv[h + h // 4 :].reshape(h // 2, w // 2)
+    name, h, w = frame.format.name, frame.height, frame.width
+    if name in _PLANAR_FORMATS and frame.colorspace in _BT601 and h % 2 == 0 and w % 2 == 0:
+        flat = frame.to_ndarray().reshape(-1)  # Y (h * w), U, V (h/2 * w/2 each)
+        luma, chroma = h * w, (h // 2) * (w // 2)
         if not _PLANAR_FORMATS[name] and frame.color_range != 2:  # 2 = AVCOL_RANGE_JPEG
-            y, u, v = _Y_FULL[y], _C_FULL[u], _C_FULL[v]
+            flat = np.concatenate(
+                [
+                    np.take(_Y_PAIRS, flat[:luma].view(np.uint16)).view(np.uint8),
+                    np.take(_C_PAIRS, flat[luma:].view(np.uint16)).view(np.uint8),
+                ]
+            )
+        y = flat[:luma].reshape(h, w)
+        u = flat[luma : luma + chroma].reshape(h // 2, w // 2)
+        v = flat[luma + chroma :].reshape(h // 2, w // 2)
         return bytes(simplejpeg.encode_jpeg_yuv_planes(y, u, v, quality=quality))
     rgb = frame.to_ndarray(format="rgb24")
     return bytes(simplejpeg.encode_jpeg(rgb, quality=quality, colorspace="RGB"))
 
 
-def iter_jpeg_frames(video: Path, quality: int) -> Iterator[bytes]:
-    """JPEG bytes of every frame of the first video stream, in decode order (streaming)."""
-    with av.open(str(video)) as container:
+def iter_jpeg_frames(video: Path, quality: int, workers: int = ENCODE_WORKERS) -> Iterator[bytes]:
+    """JPEG bytes of every frame of the first video stream, in order (streaming).
+
+    The calling thread decodes (FFmpeg frame threads); ``workers`` threads convert and
+    encode (numpy and libjpeg-turbo release the GIL), at most ``2 * workers`` frames ahead.
+    """
+    with av.open(str(video)) as container, ThreadPoolExecutor(workers) as pool:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
+        pending: deque[Future[bytes]] = deque()
         for frame in container.decode(stream):
-            yield encode_jpeg(frame, quality)
+            pending.append(pool.submit(encode_jpeg, frame, quality))
+            if len(pending) > 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def iter_depth_frames(npz: Path, unit: str) -> Iterator[np.ndarray]:
