@@ -6,7 +6,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from ego_assets import pipeline
 from ego_assets.capture.manifest import write_marker
+from ego_assets.catalog.receipts import read_receipt
 from ego_assets.defs.demo import aria_fixture_dir
 from ego_assets.defs.egosmith import egosmith_dataset, egosmith_shards
 from ego_assets.defs.ingest import raw_capture, trajectory
@@ -14,11 +16,18 @@ from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.episode_index import EpisodeIndexRegistry
 from ego_assets.formats.egosmith_reader import validate_path
+from ego_assets.quality.waivers import add_waiver
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 
 PER_EPISODE = [raw_capture, trajectory, quality_report, egosmith_shards]
 CONFIG = {"shard_bytes": 500_000, "val_fraction": 0.5}
+ARIA_WAIVED = (
+    "missing_sample_ratio",
+    "longest_gap_s",
+    "start_misalignment_s",
+    "end_misalignment_s",
+)
 RUN_CONFIG = {"ops": {"egosmith_shards": {"config": CONFIG}}}
 
 
@@ -37,6 +46,9 @@ def landing(tmp_path_factory) -> Path:
 
 def test_episodes_export_aria_is_skipped_and_the_dataset_packs(tmp_path, landing):
     shutil.copytree(landing, tmp_path / "landing")
+    # the Aria sample fails timing checks; waived here so it reaches the exporter
+    for metric in ARIA_WAIVED:
+        add_waiver(Storage(tmp_path), "aria", metric, "test: no head camera", "tests")
     resources = {"storage": StorageResource(root=str(tmp_path))}
     keys = ["xr", "mano", "aria", "lost"]
     with dg.instance_for_test() as instance:
@@ -60,8 +72,16 @@ def test_episodes_export_aria_is_skipped_and_the_dataset_packs(tmp_path, landing
         aria = events["aria"]["egosmith_shards"]
         assert aria["status"].value == "skipped"
         assert "no head-camera video" in aria["skip_reason"].value
-        assert "egosmith_shards" not in events["lost"]  # blocked by the quality gate
-        registry = EpisodeIndexRegistry(Storage(tmp_path))
+        assert "egosmith_shards" not in events["lost"]  # blocked by the export policy
+        store = Storage(tmp_path)
+        registry = EpisodeIndexRegistry(store)
+        for key in ("xr", "mano"):
+            receipt = read_receipt(store, "egosmith_shards", key)
+            assert receipt is not None and receipt.path == f"exports/egosmith/{key}"
+            gate = pipeline.stored_gate(store, key)
+            assert gate is not None and receipt.input_data_version == gate.data_version
+            assert receipt.files == 1 + len(list((tmp_path / receipt.path).glob("*.tar")))
+        assert read_receipt(store, "egosmith_shards", "aria") is None
         assert events["mano"]["egosmith_shards"]["episode_index"].value == registry.lookup("mano")
         packed = dg.materialize(
             [egosmith_dataset],

@@ -1,9 +1,11 @@
 """EgoSmith WebDataset assets: per-episode shards and the packed dataset.
 
-* ``egosmith_shards`` (per capture): quality gate first (`pipeline.require_export_gate`),
-  then `egosmith_export.export_episode` with the capture's stable episode index from the
-  shared registry. A capture without a head camera is materialized as ``skipped`` with
-  the reason in its metadata; it does not fail.
+* ``egosmith_shards`` (per capture): quality gate first (`pipeline.require_export_gate`
+  for the policy's ``webdataset`` export; a blocked capture is not written, see
+  `episodes`), then `egosmith_export.export_episode` with the capture's stable episode
+  index from the shared registry, which also writes its export receipt. A capture
+  without a head camera is materialized as ``skipped`` with the reason in its metadata;
+  it does not fail.
 * ``egosmith_dataset`` (unpartitioned): packs every exported episode into the final
   shards with a train/val split by episode and a SHA-256 manifest; one writer at a time.
 """
@@ -27,6 +29,7 @@ from ego_assets.formats import egosmith_webdataset as egosmith
 from ego_assets.formats.egosmith_export import export_episode, pack_dataset
 
 EXPORTS_GROUP = "exports"
+POLICY_EXPORT = "webdataset"  # this exporter's name in ego_assets/quality/policy.toml
 # Decodes one video and JPEG-encodes it frame by frame: CPU bound, one frame in memory.
 EGOSMITH_TAGS = k8s_resources("1", "2Gi")
 
@@ -58,6 +61,7 @@ class EgoSmithConfig(dg.Config):
     kinds={"python", "files"},
     code_version=egosmith.WRITER_VERSION,
     op_tags=EGOSMITH_TAGS,
+    output_required=False,
     description=(
         "EgoSmith WebDataset samples of one episode (image.jpg, lowdim.npy, mano.npy, "
         "meta.json per head-camera frame) in tar shards + episode.json; skipped (with the "
@@ -72,8 +76,8 @@ def egosmith_shards(
     options = config.options()
 
     def step(key: str) -> pipeline.StepResult:
-        pipeline.require_export_gate(store, key)
-        return export_episode(store, key, registry.index_for(key), options)
+        gate = pipeline.require_export_gate(store, key, POLICY_EXPORT)
+        return export_episode(store, key, registry.index_for(key), options, gate.data_version)
 
     yield from materialize_each(context, step)
 

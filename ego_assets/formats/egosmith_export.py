@@ -22,6 +22,7 @@ from typing import Any
 
 from upath import UPath
 
+from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
 from ego_assets.formats.egosmith_reader import Report, raw_samples
@@ -43,6 +44,7 @@ from ego_assets.trajectory.store import read_trajectory
 EPISODES_FORMAT = "egosmith"
 DATASET_FOLDER = "egosmith-dataset"
 SPLITS = ("train", "val")
+RECEIPT_FORMAT = "egosmith_shards"  # the per-episode asset's name (receipts/<format>/)
 
 
 def episode_path(storage: Storage, key: str) -> UPath:
@@ -88,21 +90,33 @@ def _figures(summary: EpisodeSummary) -> dict[str, float | int | str]:
 
 
 def export_episode(
-    storage: Storage, key: str, episode_index: int, options: EgoSmithOptions | None = None
+    storage: Storage,
+    key: str,
+    episode_index: int,
+    options: EgoSmithOptions | None = None,
+    gate_version: str | None = None,
 ) -> StepResult:
     """Write ``exports/egosmith/<key>`` from the stored trajectory and raw media.
 
-    The caller applies the quality gate first. A capture without a head camera is
-    recorded as skipped (``episode.json`` with ``status == "skipped"`` and the reason).
+    The caller applies the quality gate first and passes its ``data_version`` as
+    ``gate_version``: a written episode then gets its export receipt
+    (`ego_assets.catalog.receipts`, format ``egosmith_shards``). A capture without a
+    head camera is recorded as skipped (``episode.json`` with ``status == "skipped"``
+    and the reason) and gets no receipt.
     """
     options = options or EgoSmithOptions()
     version = episode_data_version(storage, key, episode_index, options)
+    target = episode_path(storage, key)
     existing = stored_episode(storage, key)
     if existing is not None and existing.data_version == version:
+        if existing.status == "written" and gate_version is not None:
+            receipt = read_receipt(storage, RECEIPT_FORMAT, key)
+            if receipt is None or receipt.input_data_version != gate_version:
+                with storage.read_dir(target) as folder:
+                    write_receipt(storage, _receipt(storage, key, target, folder, gate_version))
         return StepResult(key, version, True, _figures(existing))
     with storage.read_dir(storage.stage_path("trajectory", key)) as folder:
         trajectory = read_trajectory(folder)
-    target = episode_path(storage, key)
     try:
         camera = head_camera(trajectory)
     except NoHeadCameraError as exc:
@@ -112,6 +126,7 @@ def export_episode(
         return StepResult(key, version, False, _figures(EpisodeSummary.from_json(text)))
     raw = storage.stage_path("raw", key)
     depth_media = next((m for m in trajectory.media if m.kind == "depth"), None)
+    receipt = None
     with ExitStack() as stack:
         video = stack.enter_context(storage.read_file(raw / camera.media.path))
         depth = None
@@ -128,7 +143,25 @@ def export_episode(
             options=options,
             depth=depth,
         )
+        if gate_version is not None:  # digest the staged copy; written once it is in place
+            receipt = _receipt(storage, key, target, tmp, gate_version)
+    if receipt is not None:
+        write_receipt(storage, receipt)
     return StepResult(key, version, False, _figures(summary))
+
+
+def _receipt(
+    storage: Storage, key: str, target: UPath, local: Path, gate_version: str
+) -> ExportReceipt:
+    return make_receipt(
+        storage,
+        export_format=RECEIPT_FORMAT,
+        capture_key=key,
+        location=target,
+        local=local,
+        code_version=WRITER_VERSION,
+        input_data_version=gate_version,
+    )
 
 
 # ---------------------------------------------------------------------------------------
