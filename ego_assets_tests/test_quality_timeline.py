@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from ego_assets.quality import timeline as tl
@@ -65,3 +66,52 @@ def test_timeline_is_byte_identical_for_the_same_episode() -> None:
     trajectory = _episode()
     report = compute_report(trajectory)
     assert tl.timeline_png(trajectory, report) == tl.timeline_png(trajectory, report)
+
+
+def test_the_legend_names_every_colour_and_is_stored_in_the_png() -> None:
+    trajectory = _episode()
+    image = Image.open(io.BytesIO(tl.timeline_png(trajectory, compute_report(trajectory))))
+    legend = image.text["legend"]
+    assert legend == tl.legend_text(3.0)
+    for text in ("tracked", "not tracked", "gap", "backwards timestamp", "duplicate timestamp"):
+        assert text in legend.split("; ")
+    assert image.text["Title"].startswith("cap-tl  aria-mps  10.0 s  status:")
+    # the swatches are drawn: the bottom rows hold the legend's colours
+    legend_rows = image.convert("RGB").crop(
+        (0, image.size[1] - 3 * tl.LEGEND_ROW_PX, tl.WIDTH_PX, image.size[1])
+    )
+    colours = {c for _, c in legend_rows.getcolors(maxcolors=100000)}
+    assert {tl.BACKWARDS, tl.DUPLICATE, tl.GAP, tl.SPEED} <= colours
+
+
+def _two_recordings() -> Trajectory:
+    """Two 2 s recordings at 30 Hz, 60 s apart; the second has a backwards and a
+    duplicate timestamp."""
+    t = np.concatenate([np.arange(60) / 30.0, 62.0 + np.arange(60) / 30.0])
+    t[90] = t[89]  # duplicate
+    t[100] = t[99] - 0.01  # backwards
+    left = _wrist("left", t, np.ones(len(t), bool), 0.1 * np.sin(t))
+    right = _wrist("right", t, np.ones(len(t), bool), 0.1 * np.cos(t))
+    return Trajectory(CaptureInfo("cap-two", "aria-mps", "1", START_NS), (left, right))
+
+
+def test_a_long_empty_stretch_is_compressed_so_the_data_fills_the_axis() -> None:
+    trajectory = _two_recordings()
+    n_bins = tl.WIDTH_PX - tl.MARGIN_PX - 10
+    times = np.concatenate([s.time for s in trajectory.streams])
+    axis = tl.TimeAxis.build(times, trajectory.duration_s, n_bins)
+    ((start, end),) = axis.breaks
+    assert (start, end) == pytest.approx((59 / 30.0, 62.0))
+    # 4 s of data share the plot but the break's few pixels: the first recording ends
+    # near the middle, not in the first 3 % as on a linear axis
+    assert axis.x(59 / 30.0) == pytest.approx((n_bins - tl.BREAK_PX) / 2, rel=0.02)
+    assert axis.x(62.0) - axis.x(59 / 30.0) == pytest.approx(tl.BREAK_PX)
+    image = Image.open(io.BytesIO(tl.timeline_png(trajectory, compute_report(trajectory))))
+    rgb = image.convert("RGB")
+    timing_band = tl.TITLE_PX + 2 * (tl.BAND_PX + tl.ROW_GAP_PX) + tl.BAND_PX // 2
+    row = [rgb.getpixel((x, timing_band)) for x in range(tl.MARGIN_PX, tl.MARGIN_PX + n_bins)]
+    assert tl.DUPLICATE in row and tl.BACKWARDS in row
+    assert row.index(tl.BACKWARDS) > row.index(tl.DUPLICATE)  # the duplicate comes first
+    left_band = tl.TITLE_PX + tl.BAND_PX // 2
+    valid = tuple(tl.VALID.astype(int))
+    assert _pixel(rgb, 0.2, left_band) == valid and _pixel(rgb, 0.8, left_band) == valid
