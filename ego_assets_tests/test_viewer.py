@@ -344,3 +344,28 @@ def test_cli_view_save_only_finds_raw_media_and_gate_in_a_storage_layout(
     assert main(["view", key, "--data", str(tmp_path), "--save-only"]) == 0
     assert "stored beside the quality report" in capsys.readouterr().out
     assert main(["view", "no-such-key", "--data", str(tmp_path), "--save-only"]) == 2
+
+
+@pytest.mark.parametrize("kind", ["holos-visionpro", "webxr", "mano-video"])
+def test_camera_pose_and_pinhole_per_frame(built: dict[str, Built], kind: str) -> None:
+    b = built[kind]
+    media = next(m for m in b.trajectory.media if m.kind == "video")
+    assert media.frames_stream is not None
+    frames = b.trajectory.stream(media.frames_stream)
+    path = b.summary.videos[media.role]
+    ok = np.isfinite(frames.fields["world_to_camera"]).all(axis=(1, 2))
+    i = int(np.flatnonzero(ok)[len(np.flatnonzero(ok)) // 2])
+    camera_to_world = np.linalg.inv(frames.fields["world_to_camera"][i])
+    rotation = b.columns[(path, "Transform3D:mat3x3")]
+    translation = b.columns[(path, "Transform3D:translation")]
+    row = int(np.searchsorted(rotation.time_ns, _ns(frames.time[i])))
+    # Rerun stores 3x3 matrices column-major
+    got = np.array(rotation.values[row][0]).reshape(3, 3).T
+    np.testing.assert_allclose(got, camera_to_world[:3, :3], atol=1e-6)
+    np.testing.assert_allclose(translation.values[row][0], camera_to_world[:3, 3], atol=1e-5)
+    fx, fy, cx, cy = frames.fields["intrinsics"][i]
+    k = np.array(b.columns[(path, "Pinhole:image_from_camera")].values[row][0]).reshape(3, 3).T
+    np.testing.assert_allclose(k, [[fx, 0, cx], [0, fy, cy], [0, 0, 1]], rtol=1e-6)
+    expected_axes = {"opencv": "RDF", "arkit": "RUB"}[str(frames.attrs["camera_axes"])]
+    axes = getattr(rr.components.ViewCoordinates, expected_axes).as_arrow_array()[0].as_py()
+    assert b.static[(path, "Pinhole:camera_xyz")] == [axes]

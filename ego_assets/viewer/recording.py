@@ -81,6 +81,14 @@ class _Arrow:
         return self.array
 
 
+def mat3x3_column(descriptor: rr.ComponentDescriptor, mats: np.ndarray) -> rr.ComponentColumn:
+    """One 3x3 matrix per row (Rerun stores them column-major, float32), vectorized."""
+    flat = np.ascontiguousarray(np.asarray(mats, np.float32).transpose(0, 2, 1)).ravel()
+    item = pa.field("item", pa.float32(), nullable=False)
+    values = pa.FixedSizeListArray.from_arrays(pa.array(flat), type=pa.list_(item, 9))
+    return rr.ComponentColumn(descriptor, _Arrow(values))
+
+
 @dataclass
 class RecordingSummary:
     """What went into a recording: entity -> rows logged (static rows not counted).
@@ -440,7 +448,10 @@ class _Builder:
             self.send(
                 path,
                 frames.time[ok],
-                rr.Transform3D.columns(translation=c2w[:, :3, 3], mat3x3=c2w[:, :3, :3]),
+                [
+                    *rr.Transform3D.columns(translation=c2w[:, :3, 3]),
+                    mat3x3_column(rr.Transform3D.descriptor_mat3x3(), c2w[:, :3, :3]),
+                ],
                 count=False,
             )
         if "intrinsics" in frames.fields:
@@ -454,7 +465,10 @@ class _Builder:
                 rr.Pinhole.from_fields(resolution=[media.width, media.height], camera_xyz=axes),
             )
             self.send(
-                path, frames.time[ok], rr.Pinhole.columns(image_from_camera=mats), count=False
+                path,
+                frames.time[ok],
+                [mat3x3_column(rr.Pinhole.descriptor_image_from_camera(), mats)],
+                count=False,
             )
         else:
             cal = _calibration_for(self.t, media)
