@@ -10,7 +10,7 @@ LOCAL_DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,prod]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,prod,readers]'
 	touch $(STAMP)
 
 install: $(STAMP)

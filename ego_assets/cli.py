@@ -7,6 +7,7 @@ Commands:
     demo     run the whole platform on ./data with a local Dagster instance
     waive    let one capture through one blocking quality metric (or --revoke it)
     view     write an episode's Rerun recording and open it (native or web viewer)
+    validate check an exported file against its format and print every deviation
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from ego_assets.errors import CaptureFormatError, CaptureKeyError
@@ -106,6 +108,37 @@ def _view(args: argparse.Namespace) -> int:
         return 0
 
 
+def _holos_hdf5_validator(path: Path) -> Callable[[Path], list[str]] | None:
+    from ego_assets.formats.holos_hdf5_validate import is_hdf5, validate_file
+
+    return validate_file if is_hdf5(path) else None
+
+
+# One entry per export format: given the path, its validator if the path is that format's.
+VALIDATORS: tuple[tuple[str, Callable[[Path], Callable[[Path], list[str]] | None]], ...] = (
+    ("Holos HDF5", _holos_hdf5_validator),
+)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    for name, recognise in VALIDATORS:
+        validator = recognise(path)
+        if validator is None:
+            continue
+        problems = validator(path)
+        for problem in problems:
+            print(problem)
+        verdict = f"{len(problems)} deviations" if problems else "conforms"
+        print(f"{path}: {name}: {verdict}")
+        return 1 if problems else 0
+    print(
+        f"error: {path}: not a file of any export format ({', '.join(n for n, _ in VALIDATORS)})",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ego-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -154,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--web-port", type=int, default=9090)
     view.add_argument("--grpc-port", type=int, default=9876)
     view.set_defaults(func=_view)
+
+    validate = sub.add_parser("validate", help="check an exported file against its format")
+    validate.add_argument("path", help="an exported file (e.g. FILE.h5)")
+    validate.set_defaults(func=_validate)
     return parser
 
 

@@ -11,6 +11,7 @@ from ego_assets.defs.automation import stale_code_sensor, with_stale_code_automa
 from ego_assets.defs.egosmith import EGOSMITH_ASSETS
 from ego_assets.defs.episodes import apply_run_worker_env
 from ego_assets.defs.executors import executor_from_env
+from ego_assets.defs.holos import holos_hdf5
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
@@ -22,7 +23,7 @@ from ego_assets.defs.sensors import (
     sensor_interval_s,
 )
 
-ASSETS = [raw_capture, trajectory, quality_report, *AGGREGATES, *EGOSMITH_ASSETS]
+ASSETS = [raw_capture, trajectory, quality_report, holos_hdf5, *AGGREGATES, *EGOSMITH_ASSETS]
 
 # read by Dagster in whichever process executes a run (see RUN_WORKER_ENV)
 apply_run_worker_env(os.environ)

@@ -28,6 +28,7 @@ from dagster._core.instance.ref import InstanceRef
 from tqdm import tqdm
 
 from ego_assets.capture.manifest import write_marker
+from ego_assets.catalog.receipts import EXPORT_FORMATS, read_receipt
 from ego_assets.definitions import build_defs
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.defs.resources import StorageResource
@@ -182,6 +183,7 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
         print("landing zone: nothing new; outputs unchanged", file=out)
     print_summary(store, keys, failures, out)
     print_quality(store, keys, out)
+    print_exports(store, keys, out)
     return 1 if failures else 0
 
 
@@ -216,6 +218,21 @@ def print_quality(storage: Storage, keys: Sequence[str], out: TextIO) -> None:
             reason = finding.waiver_reason
             rows.append(("", f"  waived {finding.metric} by {finding.waived_by}: {reason}"))
     print(file=out)
+    _print_table(rows, out)
+
+
+def print_exports(storage: Storage, keys: Sequence[str], out: TextIO) -> None:
+    """Table: partition, export format, file (below the data root), size: every receipt."""
+    rows: list[tuple[str, ...]] = [("partition", "export", "size", "file")]
+    for key in sorted(keys):
+        for fmt in EXPORT_FORMATS:
+            receipt = read_receipt(storage, fmt, key)
+            if receipt is not None:
+                rows.append((key, fmt, f"{receipt.bytes / 1e6:.1f} MB", receipt.path))
+    print(file=out)
+    if len(rows) == 1:
+        print("no exports yet", file=out)
+        return
     _print_table(rows, out)
 
 

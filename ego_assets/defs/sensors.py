@@ -4,6 +4,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from ego_assets.defs.holos import holos_hdf5
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.partitions import captures_partitions
 from ego_assets.defs.quality import quality_report
@@ -19,7 +20,7 @@ DEFAULT_SENSOR_INTERVAL_S = 30
 
 capture_job = dg.define_asset_job(
     "capture_job",
-    selection=dg.AssetSelection.assets(raw_capture, trajectory, quality_report),
+    selection=dg.AssetSelection.assets(raw_capture, trajectory, quality_report, holos_hdf5),
     description="Everything per capture, from the raw copy to the checked outputs.",
 )
 

@@ -1,0 +1,73 @@
+"""Asset holos_hdf5: one Holos HDF5 file per episode (thin wrapper over `holos_export`).
+
+Every episode is checked against its quality gate first
+(`ego_assets.pipeline.require_export_gate`): nothing is written for a blocked one (its
+partition stays missing in a single-capture run, ``export: blocked`` with the reasons in a
+backfill chunk, see `ego_assets.defs.episodes`). The export notes (what was skipped, what
+was embedded verbatim) are the partition's metadata and a JSON sidecar beside the file.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from ego_assets import holos_export
+from ego_assets.defs.egosmith import EXPORTS_GROUP
+from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_result, run_each
+from ego_assets.defs.ingest import trajectory
+from ego_assets.defs.k8s import k8s_resources
+from ego_assets.defs.partitions import captures_partitions
+from ego_assets.defs.quality import quality_report
+from ego_assets.defs.resources import StorageResource
+from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION
+from ego_assets.storage import Storage
+
+# One trajectory in memory plus the resampled demo (~2x a 10-minute capture's hands).
+HOLOS_TAGS = k8s_resources("1", "4Gi")
+
+
+class HolosConfig(dg.Config):
+    """Options of the Holos HDF5 export."""
+
+    decode_frames: bool = Field(
+        default=False,
+        description="also write decoded video frames (uint8, one per chunk) and frame indices",
+    )
+
+
+def _metadata(store: Storage, key: str) -> dict[str, Any]:
+    notes = holos_export.stored_notes(store, key) or {}
+    return {
+        "file": dg.MetadataValue.path(
+            str(holos_export.export_dir(store, key) / holos_export.file_name(key))
+        ),
+        "skipped_items": dg.MetadataValue.json(notes.get("skipped", [])),
+        "embedded_files": dg.MetadataValue.json(notes.get("extras", [])),
+    }
+
+
+@dg.asset(
+    partitions_def=captures_partitions,
+    backfill_policy=backfill_policy,
+    deps=[trajectory, quality_report],
+    group_name=EXPORTS_GROUP,
+    kinds={"python", "hdf5"},
+    code_version=EXPORTER_VERSION,
+    op_tags=HOLOS_TAGS,
+    output_required=False,
+    description=(
+        "Holos HDF5 (HolosCapture-1.0): one self-contained .h5 per episode in robomimic's "
+        "layout with CF-1.11 attributes, every raw stream and the media embedded."
+    ),
+)
+def holos_hdf5(
+    context: dg.AssetExecutionContext, config: HolosConfig, storage: StorageResource
+) -> Iterator[AssetEvent]:
+    store = storage.get_storage()
+    results = run_each(
+        context,
+        lambda key: holos_export.export_holos_hdf5(store, key, decode_frames=config.decode_frames),
+    )
+    yield from materialize_result(context, results, extra=lambda key: _metadata(store, key))
