@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # The local instance that `make demo` writes and `make dev` shows (tests use their own).
 LOCAL_DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install system-deps test lint demo dev bench clean
+.PHONY: install system-deps lerobot-env test lint demo dev bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,9 +20,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy ego_assets
 
-# Debian packages the browser UI test needs (headless Chromium + its WebDriver); a no-op
+# Debian packages the tests need (headless Chromium + its WebDriver for the browser UI
+# test, FFmpeg's libraries for lerobot's torchcodec decoder); a no-op
 # when already installed, apt-get only when one is missing (CI runs as root).
-SYSTEM_PACKAGES := chromium chromium-driver
+SYSTEM_PACKAGES := chromium chromium-driver ffmpeg
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do \
@@ -33,9 +34,22 @@ system-deps:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-test: lint system-deps
+# The real lerobot in its own venv for the CERES export conformance test (pins and
+# reasons in the requirements file); rebuilt only when that file changes.
+LEROBOT_VENV := .venv-lerobot
+LEROBOT_REQUIREMENTS := ego_assets_tests/lerobot/requirements.txt
+LEROBOT_STAMP := $(LEROBOT_VENV)/.installed-stamp
+$(LEROBOT_STAMP): $(LEROBOT_REQUIREMENTS)
+	test -x $(LEROBOT_VENV)/bin/python || $(PYTHON) -m venv $(LEROBOT_VENV)
+	$(LEROBOT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r $(LEROBOT_REQUIREMENTS)
+	$(LEROBOT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps lerobot==0.4.4
+	touch $@
+
+lerobot-env: $(LEROBOT_STAMP)
+
+test: lint system-deps lerobot-env
 	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
-	$(BIN)/pytest -n 2 -q
+	EGO_LEROBOT_PYTHON=$(CURDIR)/$(LEROBOT_VENV)/bin/python HF_HUB_OFFLINE=1 $(BIN)/pytest -n 2 -q
 
 demo: $(STAMP)
 	mkdir -p $(LOCAL_DAGSTER_HOME)

@@ -8,6 +8,7 @@ import dagster as dg
 
 from ego_assets.defs.aggregates import AGGREGATES
 from ego_assets.defs.automation import stale_code_sensor, with_stale_code_automation
+from ego_assets.defs.ceres import CERES_ASSETS
 from ego_assets.defs.egosmith import EGOSMITH_ASSETS
 from ego_assets.defs.episodes import apply_run_worker_env
 from ego_assets.defs.executors import executor_from_env
@@ -23,7 +24,15 @@ from ego_assets.defs.sensors import (
     sensor_interval_s,
 )
 
-ASSETS = [raw_capture, trajectory, quality_report, holos_hdf5, *AGGREGATES, *EGOSMITH_ASSETS]
+ASSETS = [
+    raw_capture,
+    trajectory,
+    quality_report,
+    holos_hdf5,
+    *AGGREGATES,
+    *EGOSMITH_ASSETS,
+    *CERES_ASSETS,
+]
 
 # read by Dagster in whichever process executes a run (see RUN_WORKER_ENV)
 apply_run_worker_env(os.environ)

@@ -1,0 +1,180 @@
+"""The CERES LeRobot v3 export steps over a `Storage`: what the assets call.
+
+* `export_episode`: trajectory + raw media -> the capture's shard, below
+  ``exports/ceres-lerobot-v3/<key>/shards/episode-<index:06d>/`` with ``lineage.json``
+  beside ``shards/`` (its index file on S3, written last), then the export receipt
+  (``receipts/ceres_episode/<key>.json``). The index comes from the shared
+  `EpisodeIndexRegistry`. A shard whose lineage names the same exporter version, gate
+  data version and index is reused as it is, never rewritten.
+* `merge_dataset`: every current shard (its capture's gate still allows the ``lerobot``
+  export) -> one multi-episode dataset at ``exports/ceres-lerobot-v3-dataset/``.
+
+Callers check the export gate first (`ego_assets.pipeline.require_export_gate` with
+`POLICY_EXPORT`) and pass its data version.
+
+Crash safety: the shard folder is written in a temporary sibling and renamed into
+place (local), or uploaded with ``lineage.json`` last (S3), so a killed export leaves
+no folder that carries a lineage file; readers (the merge, the next run) only take
+folders that do.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from upath import UPath
+
+from ego_assets.catalog.receipts import make_receipt, write_receipt
+from ego_assets.formats.ceres_lerobot import CODE_VERSION, FORMAT_NAME, shard_name, write_shard
+from ego_assets.formats.ceres_merge import merge_shards
+from ego_assets.pipeline import LINEAGE_FILE, StepResult, stored_gate
+from ego_assets.storage import Storage
+from ego_assets.trajectory.store import read_trajectory
+
+SHARDS_DIR = "shards"
+DATASET_FOLDER = f"{FORMAT_NAME}-dataset"
+POLICY_EXPORT = "lerobot"  # this exporter's name in ego_assets/quality/policy.toml
+RECEIPT_FORMAT = "ceres_episode"  # the per-episode asset's name (receipts/<format>/)
+
+
+def export_root(storage: Storage, key: str) -> UPath:
+    """``exports/ceres-lerobot-v3/<key>``: the shard and its lineage."""
+    return storage.export_path(FORMAT_NAME, key)
+
+
+def stored_lineage(storage: Storage, key: str) -> dict[str, Any] | None:
+    """The export lineage of ``key`` (None when no finished shard exists)."""
+    path = export_root(storage, key) / LINEAGE_FILE
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def export_episode(
+    storage: Storage, key: str, episode_index: int, gate_data_version: str
+) -> StepResult:
+    """Write (or reuse) the CERES shard of ``key``; see the module docstring.
+
+    Args:
+        storage: the platform storage.
+        key: capture key; its gate must allow the export (checked by the caller).
+        episode_index: the capture's stable index (`EpisodeIndexRegistry.index_for`).
+        gate_data_version: ``data_version`` of the gate that allowed the export.
+    """
+    version = f"{CODE_VERSION}:{gate_data_version}"
+    lineage = stored_lineage(storage, key)
+    if lineage and lineage["data_version"] == version and lineage["episode_index"] == episode_index:
+        return StepResult(key, version, True, _figures(lineage))
+    target = export_root(storage, key)
+    shard = f"{SHARDS_DIR}/{shard_name(episode_index)}"
+    with (
+        storage.read_dir(storage.stage_path("trajectory", key)) as trajectory_dir,
+        storage.read_dir(storage.stage_path("raw", key)) as raw_dir,
+        storage.write_to(target, index_file=LINEAGE_FILE) as stage,
+    ):
+        trajectory = read_trajectory(trajectory_dir)
+        folder = stage / shard
+        folder.mkdir(parents=True)
+        summary = write_shard(trajectory, raw_dir, episode_index, folder)
+        lineage = {
+            "data_version": version,
+            "episode_index": episode_index,
+            "shard": shard,
+            "frames": summary.frames,
+            "fps": summary.fps,
+            "video": summary.video,
+            "bytes": summary.bytes,
+        }
+        (stage / LINEAGE_FILE).write_text(json.dumps(lineage, sort_keys=True) + "\n")
+        receipt = make_receipt(
+            storage,
+            export_format=RECEIPT_FORMAT,
+            capture_key=key,
+            location=target / shard,
+            local=folder,
+            code_version=CODE_VERSION,
+            input_data_version=gate_data_version,
+        )
+    write_receipt(storage, receipt)  # once the shard is in place
+    return StepResult(key, version, False, _figures(lineage))
+
+
+def _figures(lineage: dict[str, Any]) -> dict[str, float | int | str]:
+    return {
+        "episode_index": int(lineage["episode_index"]),
+        "frames": int(lineage["frames"]),
+        "fps": int(lineage["fps"]),
+        "video": str(lineage["video"]),
+        "bytes": int(lineage["bytes"]),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentShard:
+    """A finished shard whose capture's export gate passes."""
+
+    key: str
+    episode_index: int
+    location: UPath
+
+
+def current_shards(storage: Storage) -> list[CurrentShard]:
+    """Every finished shard whose capture still passes its gate, in episode-index order."""
+    exports = storage.root / "exports" / FORMAT_NAME
+    if not exports.exists():
+        return []
+    out = []
+    for entry in exports.iterdir():
+        key = entry.name
+        if key.startswith(".") or not entry.is_dir():
+            continue
+        lineage = stored_lineage(storage, key)
+        gate = stored_gate(storage, key) if lineage else None
+        if lineage is None or gate is None or not gate.allows(POLICY_EXPORT):
+            continue
+        location = export_root(storage, key) / lineage["shard"]
+        out.append(CurrentShard(key, int(lineage["episode_index"]), location))
+    return sorted(out, key=lambda s: s.episode_index)
+
+
+@dataclass(frozen=True, slots=True)
+class MergeSummary:
+    """What `merge_dataset` wrote."""
+
+    uri: str
+    episodes: int
+    frames: int
+    tasks: int
+    excluded: dict[str, str]
+
+
+def dataset_location(storage: Storage) -> UPath:
+    """``exports/ceres-lerobot-v3-dataset``: the merged dataset."""
+    return storage.root / "exports" / DATASET_FOLDER
+
+
+def merge_dataset(storage: Storage) -> MergeSummary:
+    """Merge every current shard into `dataset_location` (replaced as a whole).
+
+    On S3 the shards are downloaded first and ``meta/info.json`` is uploaded last. With
+    no current shard nothing is written (a LeRobot dataset needs an episode) and the
+    summary counts 0 episodes.
+    """
+    shards = current_shards(storage)
+    target = dataset_location(storage)
+    if not shards:
+        return MergeSummary(str(target), 0, 0, 0, {})
+    with ExitStack() as stack:
+        folders = [
+            Path(shard.location.path)
+            if storage.is_local
+            else stack.enter_context(storage.read_dir(shard.location))
+            for shard in shards
+        ]
+        with storage.write_to(target, index_file="meta/info.json") as stage:
+            result = merge_shards(folders, stage)
+    return MergeSummary(str(target), result.episodes, result.frames, result.tasks, result.excluded)

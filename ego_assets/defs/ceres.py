@@ -1,0 +1,82 @@
+"""CERES LeRobot v3 export: ``ceres_episode`` (one shard per capture) and ``ceres_dataset``.
+
+Thin wrappers over `ego_assets.ceres_export`. Each capture of a run is checked against
+its export gate (`ego_assets.pipeline.require_export_gate` for the policy's ``lerobot``
+export): a blocked capture gets no shard and is recorded as blocked (see `episodes`).
+``ceres_dataset`` merges every current shard into one dataset; it belongs to the
+``aggregates`` group (nightly refresh) and holds the single-writer pool.
+"""
+
+from collections.abc import Iterator
+
+import dagster as dg
+
+from ego_assets import ceres_export, pipeline
+from ego_assets.defs.aggregates import AGGREGATES_GROUP
+from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
+from ego_assets.defs.ingest import trajectory
+from ego_assets.defs.k8s import k8s_resources
+from ego_assets.defs.partitions import captures_partitions
+from ego_assets.defs.pools import SINGLE_WRITER_POOL
+from ego_assets.defs.quality import quality_report
+from ego_assets.defs.resources import StorageResource
+from ego_assets.episode_index import EpisodeIndexRegistry
+from ego_assets.formats.ceres_lerobot import CODE_VERSION
+
+# Decodes/encodes one camera stream and holds one episode's rows (410 floats per frame).
+CERES_TAGS = k8s_resources("1", "3Gi")
+MERGE_VERSION = f"{CODE_VERSION}-merge-1"
+
+
+@dg.asset(
+    partitions_def=captures_partitions,
+    backfill_policy=backfill_policy,
+    deps=[trajectory, quality_report],
+    group_name="exports",
+    kinds={"python", "parquet"},
+    code_version=CODE_VERSION,
+    op_tags=CERES_TAGS,
+    output_required=False,
+    description=(
+        "CERES LeRobotDataset v3 shard of the episode (exports/ceres-lerobot-v3/<key>/"
+        "shards/episode-<index>/): data, meta, outward-camera mp4, CERES sidecars, receipt."
+    ),
+)
+def ceres_episode(
+    context: dg.AssetExecutionContext, storage: StorageResource
+) -> Iterator[AssetEvent]:
+    store = storage.get_storage()
+    registry = EpisodeIndexRegistry(store)
+
+    def step(key: str) -> pipeline.StepResult:
+        gate = pipeline.require_export_gate(store, key, ceres_export.POLICY_EXPORT)
+        return ceres_export.export_episode(store, key, registry.index_for(key), gate.data_version)
+
+    yield from materialize_each(context, step)
+
+
+@dg.asset(
+    deps=[dg.AssetDep(ceres_episode, partition_mapping=dg.AllPartitionMapping())],
+    group_name=AGGREGATES_GROUP,
+    kinds={"python", "parquet"},
+    code_version=MERGE_VERSION,
+    pool=SINGLE_WRITER_POOL,
+    description=(
+        "Every current CERES shard merged into one LeRobotDataset v3 "
+        "(exports/ceres-lerobot-v3-dataset/), episodes in index order."
+    ),
+)
+def ceres_dataset(storage: StorageResource) -> dg.MaterializeResult:
+    summary = ceres_export.merge_dataset(storage.get_storage())
+    return dg.MaterializeResult(
+        metadata={
+            "uri": dg.MetadataValue.path(summary.uri),
+            "episodes": summary.episodes,
+            "frames": summary.frames,
+            "tasks": summary.tasks,
+            "excluded": dg.MetadataValue.json(summary.excluded),
+        }
+    )
+
+
+CERES_ASSETS = [ceres_episode, ceres_dataset]

@@ -1,0 +1,399 @@
+"""CERES LeRobotDataset v3 shard writer: one immutable, self-contained shard per episode.
+
+A shard is a complete one-episode LeRobotDataset v3.0 (``codebase_version`` "v3.0")
+plus CERES sidecars, below ``shards/episode-<index:06d>/``::
+
+    data/chunk-000/file-<index:03d>.parquet            one row per exported frame
+    meta/episodes/chunk-000/file-<index:03d>.parquet   the episode row (+ its stats)
+    meta/info.json  meta/stats.json  meta/tasks.parquet
+    videos/observation.images.passthrough/chunk-000/file-<index:03d>.mp4   (with a camera)
+    ceres/episode-metadata.json                        provenance (schema version 3)
+    ceres/task-specifications/<sha256>.json            (with a task specification)
+    ceres/browser-export-receipt.json                  path, SHA-256, bytes, media type
+
+``episode_index`` is the capture's stable index (`ego_assets.episode_index`); ``index``
+(the dataset-global frame index) counts from 0 inside the shard. Rows and their columns
+come from `ego_assets.formats.ceres_episode`; the video from
+`ego_assets.formats.lerobot_video` (stream copy when the source is aligned).
+``docs/formats/ceres-lerobot-v3.md`` describes every field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ego_assets.formats import lerobot_video
+from ego_assets.formats.ceres_episode import ACTION_NAMES, STATE_NAMES, EpisodeRows, build_rows
+from ego_assets.formats.ceres_metadata import TASK_SPEC_DIR, episode_metadata, task_spec_sidecar
+from ego_assets.formats.lerobot_video import QUANTILES, quantile_name
+from ego_assets.trajectory.model import Trajectory
+
+FORMAT_NAME = "ceres-lerobot-v3"
+FORMAT_SPEC_VERSION = 1
+CODE_VERSION = f"{FORMAT_NAME}-{FORMAT_SPEC_VERSION}"
+CODEBASE_VERSION = "v3.0"
+CAMERA_KEY = "observation.images.passthrough"
+RECEIPT_SCHEMA = "ceres-browser-export-receipt"
+RECEIPT_VERSION = 1
+METADATA_FILE = "ceres/episode-metadata.json"
+RECEIPT_FILE = "ceres/browser-export-receipt.json"
+INFO_FILE = "meta/info.json"
+STATS_FILE = "meta/stats.json"
+TASKS_FILE = "meta/tasks.parquet"
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+CHUNKS_SIZE = 1000
+DATA_FILES_SIZE_IN_MB = 100
+VIDEO_FILES_SIZE_IN_MB = 200
+SOURCE_COLUMNS = ("ceres.source_frame_index", "ceres.source_timestamp", "ceres.source_gap")
+STAT_NAMES = ("min", "max", "mean", "std", "count", *(quantile_name(q) for q in QUANTILES))
+MEDIA_TYPES = {
+    ".parquet": "application/vnd.apache.parquet",
+    ".json": "application/json",
+    ".mp4": "video/mp4",
+}
+
+
+def shard_name(episode_index: int) -> str:
+    """Folder name of a shard: ``episode-000017``."""
+    return f"episode-{episode_index:06d}"
+
+
+def feature_table(height: int | None, width: int | None, video_info: Mapping | None) -> dict:
+    """``meta/info.json`` features (the camera only when ``video_info`` is given)."""
+    scalar = {"shape": [1], "names": None}
+    features: dict[str, Any] = {
+        "observation.state": {
+            "dtype": "float32",
+            "shape": [len(STATE_NAMES)],
+            "names": list(STATE_NAMES),
+        },
+        "action": {"dtype": "float32", "shape": [len(ACTION_NAMES)], "names": list(ACTION_NAMES)},
+    }
+    if video_info is not None:
+        features[CAMERA_KEY] = {
+            "dtype": "video",
+            "shape": [height, width, 3],
+            "names": ["height", "width", "channels"],
+            "info": dict(video_info),
+        }
+    features.update(
+        {
+            "timestamp": {"dtype": "float32", **scalar},
+            "frame_index": {"dtype": "int64", **scalar},
+            "episode_index": {"dtype": "int64", **scalar},
+            "index": {"dtype": "int64", **scalar},
+            "task_index": {"dtype": "int64", **scalar},
+            "ceres.source_frame_index": {"dtype": "int64", **scalar},
+            "ceres.source_timestamp": {"dtype": "float64", **scalar},
+            "ceres.source_gap": {"dtype": "bool", **scalar},
+        }
+    )
+    return features
+
+
+def info_json(
+    features: dict, fps: int, episodes: int, frames: int, tasks: int, splits: str
+) -> dict[str, Any]:
+    """``meta/info.json`` with exact totals and the default path templates."""
+    has_video = any(f["dtype"] == "video" for f in features.values())
+    return {
+        "codebase_version": CODEBASE_VERSION,
+        "robot_type": "human",
+        "total_episodes": episodes,
+        "total_frames": frames,
+        "total_tasks": tasks,
+        "chunks_size": CHUNKS_SIZE,
+        "data_files_size_in_mb": DATA_FILES_SIZE_IN_MB,
+        "video_files_size_in_mb": VIDEO_FILES_SIZE_IN_MB,
+        "fps": fps,
+        "splits": {"train": splits},
+        "data_path": DATA_PATH,
+        "video_path": VIDEO_PATH if has_video else None,
+        "features": features,
+    }
+
+
+# --- statistics ------------------------------------------------------------------------
+
+
+def column_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Population min, max, mean, std, count and quantiles of (N,) or (N, D) values.
+
+    Scalars come back shaped (1,), vectors (D,); ``count`` is (1,) int64.
+    """
+    data = np.asarray(values)
+    data = data.reshape(len(data), -1).astype(np.float64)
+    out = {
+        "min": data.min(axis=0),
+        "max": data.max(axis=0),
+        "mean": data.mean(axis=0),
+        "std": data.std(axis=0),
+        "count": np.array([len(data)], dtype=np.int64),
+    }
+    qs = np.quantile(data, QUANTILES, axis=0)
+    for q, row in zip(QUANTILES, qs, strict=True):
+        out[quantile_name(q)] = row
+    return out
+
+
+def stats_to_json(stats: Mapping[str, Mapping[str, np.ndarray]], dtypes: Mapping[str, str]):
+    out: dict[str, dict[str, Any]] = {}
+    for feature, values in stats.items():
+        integer = dtypes.get(feature) == "int64"
+        entry = {}
+        for name in STAT_NAMES:
+            arr = values[name]
+            if integer and name in ("min", "max"):
+                arr = arr.astype(np.int64)
+            entry[name] = arr.tolist()
+        out[feature] = entry
+    return out
+
+
+# --- files -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSummary:
+    """What `write_shard` wrote."""
+
+    episode_index: int
+    frames: int
+    fps: int
+    tasks: tuple[str, ...]
+    video: str  # "remux", "re-encode" or "none"
+    files: int
+    bytes: int
+
+
+def _frame_columns(rows: EpisodeRows, episode_index: int) -> dict[str, np.ndarray]:
+    n = len(rows)
+    frame_index = np.arange(n, dtype=np.int64)
+    return {
+        "observation.state": rows.state,
+        "action": rows.action,
+        "timestamp": (frame_index / rows.fps).astype(np.float32),
+        "frame_index": frame_index,
+        "episode_index": np.full(n, episode_index, dtype=np.int64),
+        "index": frame_index.copy(),
+        "task_index": rows.task_index.astype(np.int64),
+        "ceres.source_frame_index": rows.source_frame_index,
+        "ceres.source_timestamp": rows.source_timestamp,
+        "ceres.source_gap": rows.source_gap,
+    }
+
+
+def data_table(columns: Mapping[str, np.ndarray]) -> pa.Table:
+    """Arrow table of the data parquet: vectors as fixed-size lists, scalars plain."""
+    arrays, fields = [], []
+    for name, values in columns.items():
+        if values.ndim == 2:
+            flat = pa.array(np.ascontiguousarray(values).reshape(-1))
+            arr: pa.Array = pa.FixedSizeListArray.from_arrays(flat, values.shape[1])
+        else:
+            arr = pa.array(values)
+        arrays.append(arr)
+        fields.append(pa.field(name, arr.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def write_data(table: pa.Table, path: Path, row_groups: list[int] | None = None) -> None:
+    """Write a data parquet with one row group per episode (``row_groups`` = lengths)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(path, table.schema, compression="snappy") as writer:
+        offset = 0
+        for length in row_groups or [table.num_rows]:
+            writer.write_table(table.slice(offset, length), row_group_size=max(length, 1))
+            offset += length
+
+
+def write_tasks(tasks: list[str] | tuple[str, ...], path: Path) -> None:
+    """``meta/tasks.parquet``: pandas index ``task`` (the text), int64 ``task_index``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame(
+        {"task_index": np.arange(len(tasks), dtype=np.int64)},
+        index=pd.Index(list(tasks), name="task", dtype=object),
+    )
+    frame.to_parquet(path)
+
+
+def episodes_table(
+    rows: Sequence[dict[str, Any]], stats: Sequence[Mapping[str, Mapping]]
+) -> pa.Table:
+    """``meta/episodes`` rows with flattened ``stats/<feature>/<stat>`` columns."""
+    columns: dict[str, list] = {
+        k: [r[k] for r in rows] for k in rows[0] if not k.startswith("meta/")
+    }
+    for feature in stats[0]:
+        for name in STAT_NAMES:
+            columns[f"stats/{feature}/{name}"] = [
+                np.asarray(s[feature][name]).tolist() for s in stats
+            ]
+    for k in ("meta/episodes/chunk_index", "meta/episodes/file_index"):
+        columns[k] = [r[k] for r in rows]
+    fields = []
+    for name, values in columns.items():
+        fields.append(pa.field(name, _episode_type(name, values[0])))
+    return pa.Table.from_pydict(columns, schema=pa.schema(fields))
+
+
+def _episode_type(name: str, sample: Any) -> pa.DataType:
+    if name == "tasks":
+        return pa.list_(pa.string())
+    if name.startswith("stats/"):
+        if name.endswith("/count"):
+            return pa.list_(pa.int64())
+        depth = np.asarray(sample).ndim
+        inner: pa.DataType = pa.float64()
+        for _ in range(depth):
+            inner = pa.list_(inner)
+        return inner
+    if name.endswith("_timestamp"):
+        return pa.float64()
+    return pa.int64()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_receipt(folder: Path) -> dict[str, Any]:
+    """List every file below ``folder`` (but the receipt) with SHA-256, size, media type."""
+    artefacts = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if rel == RECEIPT_FILE:
+            continue
+        artefacts.append(
+            {
+                "path": rel,
+                "sha256": sha256_file(path),
+                "bytes": path.stat().st_size,
+                "media_type": MEDIA_TYPES.get(path.suffix, "application/octet-stream"),
+            }
+        )
+    receipt = {"schema": RECEIPT_SCHEMA, "version": RECEIPT_VERSION, "artefacts": artefacts}
+    target = folder / RECEIPT_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(receipt, indent=2) + "\n")
+    return receipt
+
+
+def write_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+# --- the shard -------------------------------------------------------------------------
+
+
+def write_shard(
+    trajectory: Trajectory,
+    raw_dir: Path,
+    episode_index: int,
+    folder: Path,
+    *,
+    rows: EpisodeRows | None = None,
+) -> ShardSummary:
+    """Write the shard of ``trajectory`` into the empty ``folder`` (not atomic on its own).
+
+    Args:
+        trajectory: the canonical trajectory of one capture.
+        raw_dir: the capture's raw copy (video and task-specification bytes).
+        episode_index: the capture's stable episode index.
+        folder: existing empty folder that becomes ``shards/episode-<index>/``.
+        rows: precomputed `build_rows` output (default: computed here).
+
+    Raises:
+        EpisodeError: nothing to export; ValueError: unreadable media.
+    """
+    rows = rows if rows is not None else build_rows(trajectory)
+    folder = Path(folder)
+    n = len(rows)
+    loc = {"chunk_index": 0, "file_index": episode_index}
+    columns = _frame_columns(rows, episode_index)
+    write_data(data_table(columns), folder / DATA_PATH.format(**loc))
+    stats = {name: column_stats(values) for name, values in columns.items()}
+
+    video_mode = "none"
+    video_info = None
+    height = width = None
+    if rows.camera is not None and rows.frame_for_row is not None:
+        src = Path(raw_dir) / rows.camera.path
+        dst = folder / VIDEO_PATH.format(video_key=CAMERA_KEY, **loc)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        source = lerobot_video.inspect_video(src)
+        aligned = source.remuxable and np.array_equal(rows.frame_for_row, np.arange(source.frames))
+        if aligned:
+            result = lerobot_video.remux(src, dst, rows.fps, source)
+        else:
+            result = lerobot_video.reencode(src, dst, rows.fps, rows.frame_for_row)
+        if result.frames != n:
+            raise ValueError(f"{src}: wrote {result.frames} video frames for {n} rows")
+        video_mode = "remux" if result.remuxed else "re-encode"
+        video_info = lerobot_video.video_info(dst)
+        height, width = video_info["video.height"], video_info["video.width"]
+        stats[CAMERA_KEY] = result.pixels.stats()
+
+    features = feature_table(height, width, video_info)
+    dtypes = {k: v["dtype"] for k, v in features.items()}
+    ordered_stats = {k: stats[k] for k in features}
+    split = f"{episode_index}:{episode_index + 1}"
+    write_json(folder / INFO_FILE, info_json(features, rows.fps, 1, n, len(rows.tasks), split))
+    write_json(folder / STATS_FILE, stats_to_json(ordered_stats, dtypes))
+    write_tasks(rows.tasks, folder / TASKS_FILE)
+    episode = {
+        "episode_index": episode_index,
+        "tasks": list(rows.tasks),
+        "length": n,
+        "data/chunk_index": 0,
+        "data/file_index": episode_index,
+        "dataset_from_index": 0,
+        "dataset_to_index": n,
+    }
+    if video_info is not None:
+        prefix = f"videos/{CAMERA_KEY}"
+        episode.update(
+            {
+                f"{prefix}/chunk_index": 0,
+                f"{prefix}/file_index": episode_index,
+                f"{prefix}/from_timestamp": 0.0,
+                f"{prefix}/to_timestamp": n / rows.fps,
+            }
+        )
+    episode["meta/episodes/chunk_index"] = 0
+    episode["meta/episodes/file_index"] = episode_index
+    table = episodes_table([episode], [ordered_stats])
+    path = folder / EPISODES_PATH.format(**loc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="snappy")
+
+    spec = task_spec_sidecar(trajectory, raw_dir)
+    if spec is not None:
+        digest, data = spec
+        target = folder / TASK_SPEC_DIR / f"{digest}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    metadata = episode_metadata(trajectory, rows, episode_index, video_mode, spec is not None)
+    write_json(folder / METADATA_FILE, metadata)
+    receipt = write_receipt(folder)
+    total = sum(a["bytes"] for a in receipt["artefacts"])
+    return ShardSummary(
+        episode_index, n, rows.fps, rows.tasks, video_mode, len(receipt["artefacts"]) + 1, total
+    )

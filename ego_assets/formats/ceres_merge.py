@@ -1,0 +1,338 @@
+"""Merge CERES shards into one multi-episode LeRobotDataset v3 (local folders in and out).
+
+* Episodes in shard-index order, renumbered ``0..M-1`` (LeRobot finds an episode's
+  row by its position); ``index`` runs over the whole dataset; tasks are the union of
+  the shards' tasks in order of first use, ``task_index`` remapped.
+* Data: many episodes per parquet file, one row group per episode, a new file when
+  the current one would pass `DATA_FILES_SIZE_IN_MB`; an episode is never split.
+* Video: episodes are appended to the current mp4 by stream copy (frame ``k`` of the
+  file at ``k / fps``, ``from_timestamp`` = frames before the episode / fps); a new
+  file starts when the next episode's codec parameters differ or the file would pass
+  `VIDEO_FILES_SIZE_IN_MB`. Data and video files roll over independently.
+* ``meta/stats.json`` aggregates the episodes' stats: min of minima, max of maxima,
+  count-weighted mean, pooled standard deviation, count-weighted mean of each quantile
+  (what LeRobot 0.6.1 does; exact quantiles would need every row in memory).
+* Every dataset has one fps and one camera shape: shards whose (fps, camera shape)
+  differ from the most common one are left out and listed in ``ceres/merge.json``.
+* ``ceres/episodes/episode-<shard index>.json`` keeps each shard's episode metadata,
+  ``ceres/task-specifications/`` their task specifications, and
+  ``ceres/browser-export-receipt.json`` lists every file with its SHA-256.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ego_assets.formats.ceres_lerobot import (
+    CAMERA_KEY,
+    CHUNKS_SIZE,
+    DATA_FILES_SIZE_IN_MB,
+    DATA_PATH,
+    EPISODES_PATH,
+    INFO_FILE,
+    METADATA_FILE,
+    STAT_NAMES,
+    STATS_FILE,
+    TASKS_FILE,
+    VIDEO_FILES_SIZE_IN_MB,
+    VIDEO_PATH,
+    column_stats,
+    episodes_table,
+    info_json,
+    shard_name,
+    stats_to_json,
+    write_json,
+    write_receipt,
+    write_tasks,
+)
+from ego_assets.formats.ceres_metadata import TASK_SPEC_DIR
+from ego_assets.formats.lerobot_video import MUX_OPTIONS, video_info
+
+MERGE_FILE = "ceres/merge.json"
+EPISODE_METADATA_DIR = "ceres/episodes"
+MB = 1024 * 1024
+RENUMBERED = ("episode_index", "index", "task_index")
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    """What `merge_shards` wrote."""
+
+    episodes: int
+    frames: int
+    tasks: int
+    excluded: dict[str, str]
+
+
+def _signature(info: dict[str, Any]) -> tuple[int, tuple[int, ...] | None]:
+    camera = info["features"].get(CAMERA_KEY)
+    return int(info["fps"]), tuple(camera["shape"]) if camera else None
+
+
+def _advance(chunk: int, file: int) -> tuple[int, int]:
+    """LeRobot's next (chunk, file) index."""
+    return (chunk + 1, 0) if file >= CHUNKS_SIZE - 1 else (chunk, file + 1)
+
+
+def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict:
+    """Dataset stats from episode stats (see the module docstring)."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for feature in per_episode[0]:
+        items = [s[feature] for s in per_episode]
+        counts = np.array([float(np.asarray(s["count"]).reshape(-1)[0]) for s in items])
+        total = counts.sum()
+        weights = (counts / total).reshape((-1,) + (1,) * np.asarray(items[0]["mean"]).ndim)
+        means = np.stack([np.asarray(s["mean"], dtype=np.float64) for s in items])
+        stds = np.stack([np.asarray(s["std"], dtype=np.float64) for s in items])
+        mean = (weights * means).sum(axis=0)
+        var = (weights * (stds**2 + (means - mean) ** 2)).sum(axis=0)
+        agg = {
+            "min": np.min(np.stack([np.asarray(s["min"]) for s in items]), axis=0),
+            "max": np.max(np.stack([np.asarray(s["max"]) for s in items]), axis=0),
+            "mean": mean,
+            "std": np.sqrt(var),
+            "count": np.array([int(total)], dtype=np.int64),
+        }
+        for name in STAT_NAMES:
+            if name.startswith("q"):
+                q = np.stack([np.asarray(s[name], dtype=np.float64) for s in items])
+                agg[name] = (weights * q).sum(axis=0)
+        out[feature] = agg
+    return out
+
+
+@dataclass
+class _VideoFile:
+    """The mp4 being appended to, with the codec parameters it was opened with."""
+
+    path: Path
+    container: Any
+    stream: Any
+    params: tuple
+    frames: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class _Writers:
+    """Current data and video files and their (chunk, file) indices."""
+
+    out: Path
+    fps: int
+    data_loc: tuple[int, int] = (0, 0)
+    data_writer: pq.ParquetWriter | None = None
+    data_bytes: int = 0
+    video_loc: tuple[int, int] = (0, 0)
+    video: _VideoFile | None = None
+    opened_video: bool = False
+    opened_data: bool = False
+    schema: pa.Schema | None = None
+    closed: list[Path] = field(default_factory=list)
+
+    def write_data(self, table: pa.Table, size: int) -> tuple[int, int]:
+        limit = DATA_FILES_SIZE_IN_MB * MB
+        if self.data_writer is not None and self.data_bytes + size >= limit:
+            self.data_writer.close()
+            self.data_writer = None
+            self.data_loc = _advance(*self.data_loc)
+        if self.data_writer is None:
+            chunk, file = self.data_loc
+            path = self.out / DATA_PATH.format(chunk_index=chunk, file_index=file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.data_writer = pq.ParquetWriter(path, table.schema, compression="snappy")
+            self.data_bytes = 0
+        self.data_writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        self.data_bytes += size
+        return self.data_loc
+
+    def append_video(self, src: Path, frames: int) -> tuple[tuple[int, int], int]:
+        """Append ``src`` by stream copy; return its (chunk, file) and first frame there."""
+        size = src.stat().st_size
+        with av.open(str(src)) as inp:
+            ist = inp.streams.video[0]
+            ctx = ist.codec_context
+            pix_fmt = ctx.format.name if ctx.format is not None else None
+            params = (ctx.name, ctx.width, ctx.height, pix_fmt, bytes(ctx.extradata or b""))
+            limit = VIDEO_FILES_SIZE_IN_MB * MB
+            current = self.video
+            if current is not None and (current.params != params or current.bytes + size >= limit):
+                current.container.close()
+                self.video = current = None
+                self.video_loc = _advance(*self.video_loc)
+            if current is None:
+                chunk, file = self.video_loc
+                path = self.out / VIDEO_PATH.format(
+                    video_key=CAMERA_KEY, chunk_index=chunk, file_index=file
+                )
+                path.parent.mkdir(parents=True, exist_ok=True)
+                container = av.open(str(path), "w", format="mp4", options=MUX_OPTIONS)
+                stream = container.add_stream_from_template(ist)
+                stream.time_base = Fraction(1, self.fps)
+                current = self.video = _VideoFile(path, container, stream, params)
+            start = current.frames
+            tb = Fraction(ist.time_base or Fraction(1, self.fps))
+            out_tb = Fraction(1, self.fps)
+            for packet in inp.demux(ist):
+                if not packet.size:
+                    continue
+                packet.pts = _frames(packet.pts, tb, self.fps) + start
+                packet.dts = _frames(packet.dts, tb, self.fps) + start
+                packet.duration = 1
+                packet.time_base = out_tb
+                packet.stream = current.stream
+                current.container.mux(packet)
+            current.frames += frames
+            current.bytes += size
+        return self.video_loc, start
+
+    def close(self) -> None:
+        if self.data_writer is not None:
+            self.data_writer.close()
+        if self.video is not None:
+            self.video.container.close()
+
+
+def _frames(value: int | None, time_base: Fraction, fps: int) -> int:
+    """A timestamp of a shard's mp4 in frames (exact: shard frames sit at k / fps)."""
+    exact = Fraction(value or 0) * time_base * fps
+    return round(exact)
+
+
+def _one(folder: Path, pattern: str) -> Path:
+    found = sorted(folder.glob(pattern))
+    if len(found) != 1:
+        raise ValueError(f"shard {folder}: expected one {pattern}, found {len(found)}")
+    return found[0]
+
+
+def _metadata(shard: Path) -> dict[str, Any]:
+    return json.loads((shard / METADATA_FILE).read_text())
+
+
+def _read_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:
+    doc = json.loads(path.read_text())
+    return {f: {k: np.asarray(v) for k, v in stats.items()} for f, stats in doc.items()}
+
+
+def merge_shards(shards: list[Path], out: Path) -> MergeResult:
+    """Merge shard folders (in the given order) into the empty folder ``out``."""
+    infos = [json.loads((s / INFO_FILE).read_text()) for s in shards]
+    if not shards:
+        raise ValueError("no shards to merge")
+    signatures = [_signature(i) for i in infos]
+    counts = Counter(signatures)
+    chosen = max(counts, key=lambda sig: (counts[sig], -signatures.index(sig)))
+    fps, camera_shape = chosen
+    excluded: dict[str, str] = {}
+    included: list[tuple[Path, dict[str, Any]]] = []
+    for shard, info, sig in zip(shards, infos, signatures, strict=True):
+        if sig == chosen:
+            included.append((shard, info))
+        else:
+            name = shard_name(int(_metadata(shard)["episode"]["index"]))
+            excluded[name] = (
+                f"fps {sig[0]}, camera {sig[1]}; dataset: fps {fps}, camera {camera_shape}"
+            )
+    tasks: list[str] = []
+    writers = _Writers(out, fps)
+    episode_rows: list[dict[str, Any]] = []
+    episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
+    merged: list[dict[str, Any]] = []
+    offset = 0
+    try:
+        for new_index, (shard, info) in enumerate(included):
+            data_file = _one(shard, "data/*/*.parquet")
+            table = pq.read_table(data_file)
+            n = table.num_rows
+            local_tasks = list(pd.read_parquet(shard / TASKS_FILE).index)
+            for text in local_tasks:
+                if text not in tasks:
+                    tasks.append(text)
+            remap = np.array([tasks.index(t) for t in local_tasks], dtype=np.int64)
+            new_cols = {
+                "episode_index": np.full(n, new_index, dtype=np.int64),
+                "index": offset + np.arange(n, dtype=np.int64),
+                "task_index": remap[table.column("task_index").to_numpy()],
+            }
+            for name, values in new_cols.items():
+                table = table.set_column(table.schema.get_field_index(name), name, pa.array(values))
+            chunk, file = writers.write_data(table, data_file.stat().st_size)
+            stats = _read_stats(shard / STATS_FILE)
+            for name, values in new_cols.items():
+                stats[name] = column_stats(values)
+            row: dict[str, Any] = {
+                "episode_index": new_index,
+                "tasks": [tasks[i] for i in dict.fromkeys(new_cols["task_index"].tolist())],
+                "length": n,
+                "data/chunk_index": chunk,
+                "data/file_index": file,
+                "dataset_from_index": offset,
+                "dataset_to_index": offset + n,
+            }
+            if camera_shape is not None:
+                mp4 = _one(shard, f"videos/{CAMERA_KEY}/*/*.mp4")
+                (vchunk, vfile), start = writers.append_video(mp4, n)
+                prefix = f"videos/{CAMERA_KEY}"
+                row.update(
+                    {
+                        f"{prefix}/chunk_index": vchunk,
+                        f"{prefix}/file_index": vfile,
+                        f"{prefix}/from_timestamp": start / fps,
+                        f"{prefix}/to_timestamp": (start + n) / fps,
+                    }
+                )
+            row["meta/episodes/chunk_index"] = 0
+            row["meta/episodes/file_index"] = 0
+            episode_rows.append(row)
+            episode_stats.append({k: stats[k] for k in info["features"]})
+            offset += n
+            metadata = _metadata(shard)
+            shard_index = int(metadata["episode"]["index"])
+            write_json(out / EPISODE_METADATA_DIR / f"{shard_name(shard_index)}.json", metadata)
+            for spec in sorted((shard / TASK_SPEC_DIR).glob("*.json")):
+                target = out / TASK_SPEC_DIR / spec.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(spec, target)
+            merged.append(
+                {
+                    "episode_index": new_index,
+                    "shard_episode_index": shard_index,
+                    "shard": shard_name(shard_index),
+                    "capture_key": metadata["episode"]["capture_key"],
+                    "episode_id": metadata["episode"]["id"],
+                }
+            )
+    finally:
+        writers.close()
+    if not included:
+        raise ValueError("no shard to merge")
+    features = included[0][1]["features"]
+    if camera_shape is not None:
+        first_video = out / VIDEO_PATH.format(video_key=CAMERA_KEY, chunk_index=0, file_index=0)
+        features = {
+            **features,
+            CAMERA_KEY: {**features[CAMERA_KEY], "info": video_info(first_video)},
+        }
+    episodes_path = out / EPISODES_PATH.format(chunk_index=0, file_index=0)
+    episodes_path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(episodes_table(episode_rows, episode_stats), episodes_path, compression="snappy")
+    write_tasks(tasks, out / TASKS_FILE)
+    m = len(included)
+    write_json(out / INFO_FILE, info_json(features, fps, m, offset, len(tasks), f"0:{m}"))
+    dtypes = {k: v["dtype"] for k, v in features.items()}
+    write_json(out / STATS_FILE, stats_to_json(aggregate_stats(episode_stats), dtypes))
+    write_json(out / MERGE_FILE, {"episodes": merged, "excluded": excluded})
+    write_receipt(out)
+    return MergeResult(m, offset, len(tasks), excluded)
