@@ -35,12 +35,12 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from ego_assets.capture import read_capture
+    from ego_assets.pipeline import convert_capture
     from ego_assets.trajectory.store import write_trajectory
 
     capture = Path(args.capture)
     key = args.key or capture.name
-    trajectory = read_capture(key, capture)
+    trajectory, _ = convert_capture(key, capture)
     write_trajectory(trajectory, Path(args.out))
     print(f"{key}: {len(trajectory.streams)} streams, {trajectory.duration_s:.2f} s -> {args.out}")
     return 0

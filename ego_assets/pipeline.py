@@ -1,7 +1,10 @@
 """The per-capture steps as plain functions over a `Storage`: what the assets and CLI call.
 
 * `ingest_raw`: landing -> immutable raw copy + manifest (idempotent: an existing
-  raw copy is kept as it is).
+  raw copy is kept as it is). The capture's files land below ``raw/<key>/capture/``,
+  the platform's manifest beside them (`ego_assets.capture.manifest`).
+* `convert_capture`: what ``ego-assets convert`` does: the same intake check as
+  `ingest_raw` (`check_capture`), then the reader, without storage.
 * `normalize`: raw copy -> canonical trajectory, skipped when the stored trajectory
   was made from the same raw content by the same normalizer version.
 * `assess_quality`: trajectory -> quality report, timeline PNG, the episode's Rerun
@@ -16,10 +19,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from ego_assets.capture import read_capture
 from ego_assets.capture.files import CaptureFiles
-from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest, copy_capture
+from ego_assets.capture.manifest import (
+    MANIFEST_FILE,
+    MANIFEST_VERSION,
+    RawManifest,
+    check_capture,
+    copy_capture,
+    raw_capture_dir,
+)
+from ego_assets.keys import validate_capture_key
 from ego_assets.quality.expectations import run_expectations
 from ego_assets.quality.gate import GATE_FILE, Gate, require_gate
 from ego_assets.quality.policy import default_policy
@@ -28,10 +40,12 @@ from ego_assets.quality.thresholds import default_thresholds
 from ego_assets.quality.timeline import timeline_png
 from ego_assets.quality.waivers import read_waivers, waivers_digest, waivers_for
 from ego_assets.storage import Storage, write_file
+from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory, write_trajectory_files
 from ego_assets.viewer.recording import RECORDING_FILE, VIEWER_VERSION, build_recording
 
-NORMALIZER_VERSION = "normalize-2"  # 2: media_frames declare camera_axes
+# 2: media_frames declare camera_axes; 3: the raw copy's capture files below capture/
+NORMALIZER_VERSION = "normalize-3"
 LINEAGE_FILE = "lineage.json"
 TIMELINE_FILE = "timeline.png"
 
@@ -47,12 +61,17 @@ class StepResult:
 
 
 def ingest_raw(storage: Storage, key: str) -> StepResult:
-    """Copy ``landing/<key>`` to ``raw/<key>`` with a SHA-256 manifest (once)."""
+    """Check and copy ``landing/<key>`` to ``raw/<key>`` with a SHA-256 manifest (once).
+
+    A raw copy in an older layout (manifest version < 2) is made again from the landing
+    zone.
+    """
     target = storage.stage_path("raw", key)
     manifest_path = target / MANIFEST_FILE
     if manifest_path.exists():
         manifest = RawManifest.from_json(manifest_path.read_text())
-        return StepResult(key, manifest.content_sha256, True, _raw_figures(manifest))
+        if manifest.version == MANIFEST_VERSION:
+            return StepResult(key, manifest.content_sha256, True, _raw_figures(manifest))
     with (
         storage.read_dir(storage.landing_path(key)) as landing,
         storage.write_dir("raw", key, index_file=MANIFEST_FILE) as stage,
@@ -77,14 +96,27 @@ def normalize(storage: Storage, key: str) -> StepResult:
     ):
         header = json.loads((storage.stage_path("trajectory", key) / CAPTURE_JSON).read_text())
         return StepResult(key, version, True, _trajectory_figures(header))
-    with storage.read_dir(raw) as raw_dir:
-        trajectory = read_capture(key, raw_dir)
+    with storage.read_dir(raw_capture_dir(raw)) as capture_dir:
+        trajectory = read_capture(key, capture_dir)
     with storage.write_dir("trajectory", key, index_file=LINEAGE_FILE) as stage:
         write_trajectory_files(trajectory, stage)
         lineage = {"data_version": version, "raw_content_sha256": manifest.content_sha256}
         (stage / LINEAGE_FILE).write_text(json.dumps(lineage, sort_keys=True) + "\n")
         header = json.loads((stage / CAPTURE_JSON).read_text())
     return StepResult(key, version, False, _trajectory_figures(header))
+
+
+def convert_capture(key: str, folder: Path) -> tuple[Trajectory, RawManifest]:
+    """Check the capture folder as `ingest_raw` does, then read it (no storage involved).
+
+    Returns:
+        The trajectory and the capture's manifest (its content hash and files).
+
+    Raises:
+        CaptureFormatError: whatever `check_capture` or the reader refuses.
+    """
+    manifest = check_capture(CaptureFiles(validate_capture_key(key), Path(folder)))
+    return read_capture(key, folder), manifest
 
 
 def _trajectory_figures(header: dict) -> dict[str, float | int | str]:

@@ -3,7 +3,7 @@
 Layout below the root (one folder per capture key and stage)::
 
     landing/<key>/...          where uploaders drop captures (may live elsewhere: ``landing``)
-    raw/<key>/...              immutable copy of the capture + manifest.json
+    raw/<key>/...              manifest.json + capture/ (the capture's files, unchanged)
     trajectory/<key>/...       canonical trajectory (capture.json + streams/*.parquet)
     quality/<key>/...          quality report
 

@@ -142,7 +142,18 @@ def test_every_kind_materializes_raw_capture_and_trajectory(landing, backend, ke
     assert [s.name for s in stored.streams] == sorted(s.name for s in direct.streams)
     first = direct.streams[0]
     np.testing.assert_array_equal(stored.stream(first.name).timestamp_ns, first.timestamp_ns)
-    assert "manifest.json" in backend.files(f"raw/{key}")
+    # the raw copy: the capture's files byte for byte below capture/, the platform's
+    # manifest beside them and never among the capture's extra files
+    landed = sorted(
+        p.relative_to(landing / "landing" / key).as_posix()
+        for p in (landing / "landing" / key).rglob("*")
+        if p.is_file()
+    )
+    assert backend.files(f"raw/{key}") == sorted(
+        ["manifest.json", *(f"capture/{rel}" for rel in landed)]
+    )
+    assert set(stored.extra_files) <= set(landed) - {"ego_capture.json"}
+    assert stored.extra_files == direct.extra_files
 
 
 def test_every_asset_of_one_capture_writes_its_outputs_and_a_rerun_reuses_them(landing, backend):
@@ -181,7 +192,8 @@ def test_every_asset_of_one_capture_writes_its_outputs_and_a_rerun_reuses_them(l
         entry = next(f for f in manifest["files"] if f["path"].endswith(".json"))
         landed = hashlib.sha256((source / entry["path"]).read_bytes()).hexdigest()
         assert entry["sha256"] == landed
-        assert (raw / entry["path"]).read_bytes() == (source / entry["path"]).read_bytes()
+        copied = raw / "capture" / entry["path"]
+        assert copied.read_bytes() == (source / entry["path"]).read_bytes()
     with backend.local("trajectory", "xr") as folder:
         header = json.loads((folder / "capture.json").read_text())
         expected = sorted(s.name for s in read_capture("xr", source).streams)
@@ -241,3 +253,34 @@ def test_ranged_run_keeps_good_captures_when_one_fails(landing, backend, tmp_pat
     assert "manifest.json" in backend.files("raw/phone")
     assert "manifest.json" in backend.files("raw/xr")
     assert backend.files("raw/m-bad") == []
+
+
+def test_capture_files_named_like_platform_files_survive_intake_byte_for_byte(
+    landing, backend, tmp_path
+):
+    """A capture's own manifest.json (and a capture/ folder) never collide with the platform's."""
+    source = tmp_path / "uploads" / "own"
+    shutil.copytree(landing / "landing" / "xr", source)
+    own = {
+        "manifest.json": b'{"made by": "the recorder, not the platform"}\n',
+        "capture/manifest.json": b"nested \x00\xff bytes\n",
+    }
+    for rel, data in own.items():
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        (source / rel).write_bytes(data)
+    write_marker(source, "webxr")
+    backend.land(source, "own")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("captures", ["own"])
+        assert _materialize(backend, instance, partition_key="own").success
+    with backend.local("raw", "own") as raw:
+        for rel, data in own.items():
+            assert (raw / "capture" / rel).read_bytes() == data
+        platform = json.loads((raw / "manifest.json").read_text())
+        assert platform["capture"] == "own" and platform["version"] == 2
+        by_path = {f["path"]: f for f in platform["files"]}
+        assert (
+            by_path["manifest.json"]["sha256"] == hashlib.sha256(own["manifest.json"]).hexdigest()
+        )
+    with backend.local("trajectory", "own") as folder:
+        assert read_trajectory(folder).extra_files == ("capture/manifest.json", "manifest.json")

@@ -152,7 +152,7 @@ def test_uploaded_capture_is_registered_and_fully_materialized_by_daemon_and_sen
         data = deployment.data
         raw = s3_server.keys(f"{data}/raw/{CAPTURE_KEY}")
         landed = s3_server.keys(f"{deployment.landing}/{CAPTURE_KEY}")
-        assert set(landed) < set(raw) and "manifest.json" in raw
+        assert set(raw) == {"manifest.json", *(f"capture/{k}" for k in landed)}
         trajectory = s3_server.keys(f"{data}/trajectory/{CAPTURE_KEY}")
         assert "capture.json" in trajectory
         assert any(k.startswith("streams/") and k.endswith(".parquet") for k in trajectory)

@@ -30,7 +30,8 @@ def test_copy_records_size_and_sha256_of_every_file(tmp_path):
     assert set(by_path) == {"metadata.json", "data/a.csv", MARKER_FILE}
     assert by_path["data/a.csv"].bytes == 4
     assert by_path["data/a.csv"].sha256 == hashlib.sha256(b"x\n1\n").hexdigest()
-    assert (dest / "data/a.csv").read_text() == "x\n1\n"
+    assert (dest / "capture" / "data/a.csv").read_text() == "x\n1\n"
+    assert sorted(p.name for p in dest.iterdir()) == ["capture", "manifest.json"]
     assert read_manifest(dest) == manifest
     assert manifest.kind == "holos" and manifest.capture == "cap"
     assert RawManifest.from_json(manifest.to_json()).content_sha256 == manifest.content_sha256
@@ -74,7 +75,7 @@ def test_symlink_pointing_outside_the_capture_is_refused(tmp_path):
     dest.mkdir()
     with pytest.raises(CaptureFormatError, match=r"file 'link\.txt': symlink points outside"):
         copy_capture(CaptureFiles("cap", src), dest)
-    assert not (dest / "link.txt").exists()
+    assert not (dest / "capture" / "link.txt").exists()
 
 
 @pytest.mark.parametrize("name", ["../outside.csv", "/etc/passwd", "a/../../b.csv"])

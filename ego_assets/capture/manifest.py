@@ -1,19 +1,35 @@
-"""The immutable raw copy of a capture and its manifest (SHA-256 of every file).
+"""The intake check of a capture, its immutable raw copy, and the copy's manifest.
 
-`copy_capture` checks the completion marker and every file name (nothing may escape
-the capture folder), verifies the marker's declared file list when it has one, and
-copies the files into a staging folder while hashing them. ``manifest.json`` records
-what was copied; its own digest (`RawManifest.content_sha256`) identifies the capture's
-content and is the data version of everything derived from it.
+`check_capture` is the one check every intake path runs (`ego-assets convert` and the
+``raw_capture`` asset): the completion marker is valid; every name it declares stays
+inside the capture folder (no absolute names, no ``..``); and, when it declares a file
+list, exactly those files exist with those sizes and SHA-256 digests.
+
+`copy_capture` runs the same check while copying the capture into the raw layout::
+
+    raw/<key>/manifest.json     the platform's manifest (size and SHA-256 of every file)
+    raw/<key>/capture/...       the capture's own files, byte for byte, names unchanged
+
+Capture files live below `CAPTURE_DIR` and the platform's files beside it, so no name a
+capture uses (its own ``manifest.json`` included) can collide with a platform file, and
+readers of the raw copy (`raw_capture_dir`) see only the capture. The manifest's digest
+(`RawManifest.content_sha256`) identifies the capture's content and is the data version
+of everything derived from it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from upath import UPath
 
 from ego_assets.capture.files import (
     CAPTURE_KINDS,
@@ -23,12 +39,19 @@ from ego_assets.capture.files import (
     CaptureFiles,
     read_marker,
 )
+from ego_assets.errors import CaptureFormatError
+from ego_assets.progress import report
 from ego_assets.trajectory.records import from_jsonable, to_jsonable
 from ego_assets.trajectory.store import write_file_atomic
 
 MANIFEST_FILE = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: capture files below capture/, the manifest beside them
+CAPTURE_DIR = "capture"
+HASH_TASK = "checking capture files (bytes)"
 _CHUNK = 1 << 20
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+P = TypeVar("P", Path, UPath)  # local paths and storage (S3) paths alike
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +65,7 @@ class FileEntry:
 
 @dataclass(frozen=True, slots=True)
 class RawManifest:
-    """What the raw copy of a capture holds."""
+    """What the raw copy of a capture holds (``version`` 2: files below `CAPTURE_DIR`)."""
 
     capture: str
     kind: str
@@ -71,10 +94,15 @@ class RawManifest:
         return from_jsonable(cls, body)
 
 
+def raw_capture_dir(raw: P) -> P:
+    """The folder holding the capture's own files inside the raw copy ``raw/<key>``."""
+    return raw / CAPTURE_DIR
+
+
 def file_sha256(path: Path) -> str:
-    """SHA-256 hex digest of a file, read in 1 MiB chunks."""
+    """SHA-256 hex digest of a regular file, read in 1 MiB chunks; never follows a symlink."""
     digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
@@ -83,83 +111,149 @@ def file_sha256(path: Path) -> str:
 def write_marker(folder: Path, kind: str) -> Path:
     """Write the completion marker of a capture folder, declaring every file in it.
 
-    Call it last, after every other file is in place (what an uploader does).
+    Call it last, after every other file is in place (what an uploader does). Only
+    regular files are declared and hashed: a symlink anywhere in the folder is refused
+    (`CaptureFormatError` naming it), never followed.
     """
     if kind not in CAPTURE_KINDS:
         raise ValueError(f"kind must be one of {CAPTURE_KINDS}, got {kind!r}")
     folder = Path(folder)
-    entries = [
-        {
-            "path": p.relative_to(folder).as_posix(),
-            "bytes": p.stat().st_size,
-            "sha256": file_sha256(p),
-        }
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != MARKER_FILE
-    ]
+    entries = []
+    for p in sorted(folder.rglob("*"), key=lambda q: q.relative_to(folder).as_posix()):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_symlink():
+            raise CaptureFormatError(
+                folder.name, rel, "is a symlink; the marker declares regular files only"
+            )
+        if p.is_file() and rel != MARKER_FILE:
+            entries.append({"path": rel, "bytes": p.stat().st_size, "sha256": file_sha256(p)})
     marker = {"format": MARKER_FORMAT, "version": MARKER_VERSION, "kind": kind, "files": entries}
     text = json.dumps(marker, indent=1, sort_keys=True) + "\n"
     return write_file_atomic(folder / MARKER_FILE, text.encode("utf-8"))
 
 
-def _copy_hashing(src: Path, dest: Path) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    size = 0
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with src.open("rb") as fin, dest.open("wb") as fout:
-        while chunk := fin.read(_CHUNK):
-            digest.update(chunk)
-            fout.write(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
+def check_capture(files: CaptureFiles, copy_to: Path | None = None) -> RawManifest:
+    """Check a capture against its completion marker, copying it to ``copy_to`` if given.
+
+    Every file is read once; with ``copy_to`` the bytes hashed are the bytes copied, so
+    the copy is exactly what was checked. Hashing progress is reported as `HASH_TASK`.
+
+    Returns:
+        The manifest of the capture (every file, the marker included).
+
+    Raises:
+        CaptureFormatError: missing or bad marker, a declared name that is absolute or
+            escapes the folder, a symlink leaving it, or files that differ from the
+            marker's list (missing, undeclared, other size or digest), each named.
+    """
+    marker = read_marker(files)
+    declared = _declared_files(files, marker.get("files"))
+    names = files.list_files()
+    paths = {rel: files.path(rel, must_exist=False) for rel in names}
+    if declared is not None:
+        _check_names(files, declared, names)
+    total = sum(p.stat().st_size for p in paths.values())
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done += n
+        report(HASH_TASK, done, total)
+
+    entries = []
+    for rel, path in paths.items():
+        target = None if copy_to is None else copy_to / rel
+        size, sha = _read_hashing(path, target, advance)
+        if declared is not None and rel in declared:
+            row, want_size, want_sha = declared[rel]
+            if (size, sha) != (want_size, want_sha):
+                what = "size" if size != want_size else "SHA-256"
+                message = (
+                    f"{what} differs from the marker (file changed after the marker was "
+                    "written, or an incomplete upload)"
+                )
+                raise files.error(rel, message, field="files", row=row)
+        entries.append(FileEntry(rel, size, sha))
+    return RawManifest(files.capture, marker["kind"], tuple(entries))
 
 
 def copy_capture(files: CaptureFiles, dest: Path) -> RawManifest:
-    """Copy the capture into ``dest`` (a fresh staging folder) and write its manifest.
+    """Check and copy the capture into ``dest`` (a fresh staging folder) in the raw layout.
+
+    The capture's files go below ``dest/capture/`` and the manifest to
+    ``dest/manifest.json`` (see the module docstring).
 
     Raises:
-        CaptureFormatError: missing or bad marker, unsafe file names, or files that do
-            not match the marker's declared list (named with their path).
+        CaptureFormatError: whatever `check_capture` refuses.
     """
-    marker = read_marker(files)
-    names = files.list_files()
-    entries = []
-    for rel in names:
-        path = files.path(rel, must_exist=False)
-        size, sha = _copy_hashing(path, dest / rel)
-        entries.append(FileEntry(rel, size, sha))
-    declared = marker.get("files")
-    if declared is not None:
-        _check_declared(files, declared, {e.path: e for e in entries})
-    manifest = RawManifest(files.capture, marker["kind"], tuple(entries))
-    (dest / MANIFEST_FILE).write_text(manifest.to_json())
+    manifest = check_capture(files, raw_capture_dir(Path(dest)))
+    (Path(dest) / MANIFEST_FILE).write_text(manifest.to_json())
     return manifest
 
 
-def _check_declared(files: CaptureFiles, declared: Any, actual: dict[str, FileEntry]) -> None:
+def read_manifest(folder: Path) -> RawManifest:
+    """The manifest of the raw copy ``folder`` (``raw/<key>``)."""
+    return RawManifest.from_json((Path(folder) / MANIFEST_FILE).read_text())
+
+
+def _read_hashing(src: Path, dest: Path | None, advance: Callable[[int], None]) -> tuple[int, str]:
+    """Size and SHA-256 of ``src``, written to ``dest`` as it is read when given."""
+    digest = hashlib.sha256()
+    size = 0
+    with ExitStack() as stack:
+        fin = stack.enter_context(src.open("rb"))
+        fout = None
+        if dest is not None:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fout = stack.enter_context(dest.open("wb"))
+        while chunk := fin.read(_CHUNK):
+            digest.update(chunk)
+            if fout is not None:
+                fout.write(chunk)
+            size += len(chunk)
+            advance(len(chunk))
+    return size, digest.hexdigest()
+
+
+def _declared_files(files: CaptureFiles, declared: Any) -> dict[str, tuple[int, int, str]] | None:
+    """Declared path -> (row, bytes, sha256), every name checked before anything is read."""
+    if declared is None:
+        return None
     if not isinstance(declared, list):
         raise files.error(MARKER_FILE, "files must be a list", field="files")
-    seen = {MARKER_FILE}
+    out: dict[str, tuple[int, int, str]] = {}
     for row, item in enumerate(declared, start=1):
-        if not isinstance(item, dict) or not {"path", "bytes", "sha256"} <= set(item):
+        path = item.get("path") if isinstance(item, dict) else None
+        size = item.get("bytes") if isinstance(item, dict) else None
+        sha = item.get("sha256") if isinstance(item, dict) else None
+        if (
+            not isinstance(path, str)
+            or not isinstance(size, int)
+            or isinstance(size, bool)
+            or size < 0
+            or not isinstance(sha, str)
+            or not _SHA256_RE.fullmatch(sha)
+        ):
+            message = "entry needs path (text), bytes (integer >= 0), sha256 (64 hex digits)"
+            raise files.error(MARKER_FILE, message, field="files", row=row)
+        files.path(path, must_exist=False)  # refuses absolute names, '..', escaping links
+        if path == MARKER_FILE:
             raise files.error(
-                MARKER_FILE, "entry needs path, bytes, sha256", field="files", row=row
+                MARKER_FILE, "the marker cannot declare itself", field="files", row=row
             )
-        rel = item["path"]
-        files.path(rel, must_exist=False)
-        entry = actual.get(rel)
-        if entry is None:
+        if path in out:
+            raise files.error(path, "declared twice in the marker", field="files", row=row)
+        out[path] = (row, size, sha)
+    return out
+
+
+def _check_names(
+    files: CaptureFiles, declared: dict[str, tuple[int, int, str]], names: list[str]
+) -> None:
+    present = set(names)
+    for rel, (row, _, _) in declared.items():
+        if rel not in present:
             raise files.error(rel, "declared in the marker but missing", field="files", row=row)
-        if entry.bytes != item["bytes"] or entry.sha256 != item["sha256"]:
-            raise files.error(
-                rel, "size or SHA-256 differs from the marker (incomplete upload?)", row=row
-            )
-        seen.add(rel)
-    undeclared = sorted(set(actual) - seen)
+    undeclared = sorted(present - set(declared) - {MARKER_FILE})
     if undeclared:
         raise files.error(undeclared[0], "file is not declared in the marker", field="files")
-
-
-def read_manifest(folder: Path) -> RawManifest:
-    """The manifest of a raw copy."""
-    return RawManifest.from_json((Path(folder) / MANIFEST_FILE).read_text())

@@ -16,9 +16,12 @@ from ego_assets.defs.resources import StorageResource
     backfill_policy=backfill_policy,
     group_name="capture",
     kinds={"python", "files"},
-    code_version="raw-1",
+    code_version="raw-2",  # 2: capture files below capture/, manifest.json beside them
     op_tags=RAW_CAPTURE_TAGS,
-    description="Immutable copy of a landed capture plus manifest.json (SHA-256 of every file).",
+    description=(
+        "Immutable copy of a landed capture: its files byte for byte below capture/, "
+        "and beside them manifest.json (size and SHA-256 of every file)."
+    ),
 )
 def raw_capture(
     context: dg.AssetExecutionContext, storage: StorageResource

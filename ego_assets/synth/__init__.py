@@ -11,12 +11,12 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from ego_assets.capture.manifest import write_marker
 from ego_assets.synth.faults import FAULTS, PLAUSIBILITY_FAULTS, make_plan
 from ego_assets.synth.holos import write_holos
 from ego_assets.synth.mano_video import write_mano_video
 from ego_assets.synth.motion import make_scene
 from ego_assets.synth.webxr import write_webxr
-from ego_assets.synth.writers import write_marker
 
 __all__ = ["FAULTS", "KINDS", "MARKER_KINDS", "synthesize"]
 

@@ -1,8 +1,7 @@
-"""Byte-deterministic file writers for synthetic captures (CSV, JSON, NPZ, WAV, JPEG, marker)."""
+"""Byte-deterministic file writers for synthetic captures (CSV, JSON, NPZ, WAV, JPEG)."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import wave
@@ -13,8 +12,6 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-
-from ego_assets.capture.files import MARKER_FILE, MARKER_FORMAT, MARKER_VERSION
 
 AUDIO_RATE_HZ = 16_000
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -86,23 +83,6 @@ def write_jpeg(path: Path, rgb: np.ndarray, size: tuple[int, int] = (160, 120)) 
     _ensure_parent(path)
     img = Image.fromarray(rgb).resize(size, Image.Resampling.BILINEAR)
     img.save(path, format="JPEG", quality=85, optimize=False, progressive=False)
-
-
-def write_marker(root: Path, kind: str) -> None:
-    """Write ``ego_capture.json`` last, listing every other file (path, bytes, sha256)."""
-    files = []
-    for p in sorted(root.rglob("*"), key=lambda q: q.relative_to(root).as_posix()):
-        if p.is_file() and p.name != MARKER_FILE:
-            data = p.read_bytes()
-            files.append(
-                {
-                    "path": p.relative_to(root).as_posix(),
-                    "bytes": len(data),
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                }
-            )
-    marker = {"format": MARKER_FORMAT, "version": MARKER_VERSION, "kind": kind, "files": files}
-    write_json(root / MARKER_FILE, marker)
 
 
 def iso_utc(epoch_ns: int) -> str:
