@@ -1,0 +1,39 @@
+"""`make demo` end to end on a temporary folder (short captures)."""
+
+import io
+import json
+from pathlib import Path
+
+from ego_assets.capture.manifest import CAPTURE_DIR, read_manifest
+from ego_assets.defs.demo import ARIA_SAMPLE_KEY, DEMO_CAPTURES, run_demo
+from ego_assets.trajectory.store import read_header
+
+
+def _files(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_demo_trajectories_list_no_platform_file_as_a_capture_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    data = tmp_path / "data"
+    out = io.StringIO()
+    assert run_demo(data, seconds=1.0, out=out) == 0
+    keys = [key for key, *_ in DEMO_CAPTURES] + [ARIA_SAMPLE_KEY]
+    for key in keys:
+        raw = data / "raw" / key
+        landed = _files(data / "landing" / key)
+        platform = {rel for rel in _files(raw) if not rel.startswith(f"{CAPTURE_DIR}/")}
+        assert platform == {"manifest.json"}
+        assert {f.path for f in read_manifest(raw).files} == landed
+        assert _files(raw / CAPTURE_DIR) == landed
+        header, _ = read_header(data / "trajectory" / key)
+        assert set(header.extra_files) <= landed - {"ego_capture.json"}, key
+        assert not set(header.extra_files) & platform
+    # the one capture that carries extra files keeps exactly them (the sample's licence
+    # and origin notes), and its trajectory was made from the manifest's content
+    aria = data / "trajectory" / ARIA_SAMPLE_KEY
+    assert read_header(aria)[0].extra_files == ("LICENSE-Apache-2.0.txt", "README.md")
+    lineage = json.loads((aria / "lineage.json").read_text())
+    raw_manifest = read_manifest(data / "raw" / ARIA_SAMPLE_KEY)
+    assert lineage["raw_content_sha256"] == raw_manifest.content_sha256
+    assert "demo-webxr-faulty" in out.getvalue()
