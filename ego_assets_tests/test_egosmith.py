@@ -20,7 +20,7 @@ import webdataset as wds
 from scipy.spatial.transform import Rotation
 
 from ego_assets import pipeline
-from ego_assets.capture.manifest import write_marker
+from ego_assets.capture.manifest import raw_capture_dir, write_marker
 from ego_assets.defs.demo import aria_fixture_dir
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_export import (
@@ -236,7 +236,7 @@ def test_absent_hands_are_zero_and_actions_are_next_states(store):
 
 
 def _decoded_video(store: Storage, key: str, rel: str) -> np.ndarray:
-    path = Path(store.stage_path("raw", key).path) / rel
+    path = raw_capture_dir(Path(store.stage_path("raw", key).path)) / rel
     with av.open(str(path)) as container:
         return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
 
@@ -268,7 +268,7 @@ def test_images_show_the_frame_they_claim(store, key, video):
 
 def test_depth_is_written_in_metres_with_its_schema(store):
     samples = list(iter_shard(Path(_shards(store, "mano")[0])))
-    with np.load(Path(store.stage_path("raw", "mano").path) / "depth.npz") as npz:
+    with np.load(raw_capture_dir(Path(store.stage_path("raw", "mano").path)) / "depth.npz") as npz:
         depth = npz["depth"]
     for i, sample in enumerate(samples):
         assert sample.meta["depth_schema"] == C.DEPTH_SCHEMA

@@ -22,6 +22,7 @@ from typing import Any
 
 from upath import UPath
 
+from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
@@ -124,7 +125,7 @@ def export_episode(
         with storage.write_to(target, index_file=EPISODE_FILE) as tmp:
             (tmp / EPISODE_FILE).write_text(text)
         return StepResult(key, version, False, _figures(EpisodeSummary.from_json(text)))
-    raw = storage.stage_path("raw", key)
+    raw = raw_capture_dir(storage.stage_path("raw", key))
     depth_media = next((m for m in trajectory.media if m.kind == "depth"), None)
     receipt = None
     with ExitStack() as stack:
