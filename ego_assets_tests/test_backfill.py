@@ -115,8 +115,9 @@ def test_chunk_with_a_malformed_capture_keeps_the_others_and_names_the_bad_one(c
         for key in KEYS:
             quality = _latest(instance, "quality_report", key)
             raw_version = _latest(instance, "raw_capture", key).metadata["data_version"].value
-            assert quality.metadata["data_version"].value.endswith(
-                f"{NORMALIZER_VERSION}:{raw_version}"
+            # quality version : trajectory version : the episode's waivers
+            assert f":{NORMALIZER_VERSION}:{raw_version}:waivers-" in (
+                quality.metadata["data_version"].value
             )
             assert (root / "quality" / key / "quality.parquet").exists()
 

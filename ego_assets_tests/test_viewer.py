@@ -323,7 +323,7 @@ def test_cli_view_save_only_finds_raw_media_and_gate_in_a_storage_layout(
     b = built["webxr"]
     key = b.trajectory.info.capture_id
     write_trajectory(b.trajectory, tmp_path / "trajectory" / key)
-    shutil.copytree(b.capture, tmp_path / "raw" / key)
+    shutil.copytree(b.capture, tmp_path / "raw" / key / "capture")
     (tmp_path / "quality" / key).mkdir(parents=True)
     (tmp_path / "quality" / key / GATE_FILE).write_text(b.gate.to_json())
     out = tmp_path / "view.rrd"

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.quality.gate import GATE_FILE, Gate
 from ego_assets.storage import Storage, is_local
 from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory
@@ -44,14 +45,14 @@ def recording_for_folder(
     """Build the recording of the trajectory stored in ``folder`` into ``out``.
 
     ``media_dir`` (raw capture) and ``quality_dir`` (gate) default to the sibling
-    stages ``../../raw/<key>`` and ``../../quality/<key>`` when they exist.
+    stages ``../../raw/<key>/capture`` and ``../../quality/<key>`` when they exist.
     """
     folder = Path(folder)
     if not (folder / CAPTURE_JSON).is_file():
         raise ValueError(f"{folder}: not a trajectory folder (no {CAPTURE_JSON})")
     root, key = folder.parent.parent, folder.name
-    if media_dir is None and (root / "raw" / key).is_dir():
-        media_dir = root / "raw" / key
+    if media_dir is None and raw_capture_dir(root / "raw" / key).is_dir():
+        media_dir = raw_capture_dir(root / "raw" / key)
     if quality_dir is None and (root / "quality" / key).is_dir():
         quality_dir = root / "quality" / key
     trajectory = read_trajectory(folder)
@@ -74,7 +75,7 @@ def recording_for_key(storage: Storage, key: str, out: Path) -> Located:
         raise ValueError(f"capture {key!r}: no trajectory in {storage.root / 'trajectory'}")
     with (
         storage.read_dir(storage.stage_path("trajectory", key)) as folder,
-        storage.read_dir(storage.stage_path("raw", key)) as raw,
+        storage.read_dir(raw_capture_dir(storage.stage_path("raw", key))) as raw,
     ):
         quality = storage.stage_path("quality", key)
         gate = (
