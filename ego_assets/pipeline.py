@@ -164,7 +164,7 @@ def assess_quality(storage: Storage, key: str) -> StepResult:
     gate = Gate.build(report, run_expectations(report), version, default_policy(), waivers)
     with (
         storage.write_dir("quality", key, index_file=GATE_FILE) as stage,
-        storage.read_dir(storage.stage_path("raw", key)) as raw,
+        storage.read_dir(raw_capture_dir(storage.stage_path("raw", key))) as raw,
     ):
         write_report(report, stage)
         (stage / TIMELINE_FILE).write_bytes(timeline_png(trajectory, report))

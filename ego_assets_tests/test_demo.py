@@ -7,6 +7,8 @@ from pathlib import Path
 from ego_assets.capture.manifest import CAPTURE_DIR, read_manifest
 from ego_assets.defs.demo import ARIA_SAMPLE_KEY, DEMO_CAPTURES, run_demo
 from ego_assets.trajectory.store import read_header
+from ego_assets.viewer.recording import RECORDING_FILE
+from ego_assets_tests.test_viewer import read_back
 
 
 def _files(folder: Path) -> set[str]:
@@ -37,3 +39,6 @@ def test_demo_trajectories_list_no_platform_file_as_a_capture_file(tmp_path, mon
     raw_manifest = read_manifest(data / "raw" / ARIA_SAMPLE_KEY)
     assert lineage["raw_content_sha256"] == raw_manifest.content_sha256
     assert "demo-webxr-faulty" in out.getvalue()
+    # the quality step's recording found the video in the raw copy's capture folder
+    columns, _ = read_back(data / "quality" / "demo-webxr" / RECORDING_FILE)
+    assert ("/world/cameras/camera_outward", "VideoFrameReference:timestamp") in columns
