@@ -22,6 +22,7 @@ from pathlib import Path
 
 from upath import UPath
 
+from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.catalog.receipts import make_receipt, write_receipt
 from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION, FORMAT_NAME, write_file
 from ego_assets.pipeline import StepResult, require_export_gate
@@ -86,7 +87,7 @@ def export_holos_hdf5(storage: Storage, key: str, *, decode_frames: bool = False
     with storage.read_dir(storage.stage_path("trajectory", key)) as folder:
         trajectory = read_trajectory(folder)
     with (
-        storage.read_dir(storage.stage_path("raw", key)) as raw_dir,
+        storage.read_dir(raw_capture_dir(storage.stage_path("raw", key))) as raw_dir,
         storage.write_to(target, index_file=NOTES_FILE) as stage,
     ):
         local = stage / file_name(key)

@@ -108,6 +108,8 @@ def test_exports_current_until_the_raw_capture_changes(tmp_path, landing):
         assert resolver.get_status(holos_hdf5.key, "a-vp") == StaleStatus.FRESH
     with h5py.File(path) as f:
         assert f["holos/transcript/segments"][0]["text"] == b"edited words"
+        # /holos/files holds the capture's own extra files, never the platform's manifest
+        assert "manifest.json" not in f.get("holos/files", {})
     new_notes = json.loads((path.parent / holos_export.NOTES_FILE).read_text())
     assert new_notes["data_version"] != notes["data_version"]
 
