@@ -28,6 +28,7 @@ from typing import Any
 
 from upath import UPath
 
+from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.catalog.receipts import make_receipt, write_receipt
 from ego_assets.formats.ceres_lerobot import CODE_VERSION, FORMAT_NAME, shard_name, write_shard
 from ego_assets.formats.ceres_merge import merge_shards
@@ -73,7 +74,7 @@ def export_episode(
     shard = f"{SHARDS_DIR}/{shard_name(episode_index)}"
     with (
         storage.read_dir(storage.stage_path("trajectory", key)) as trajectory_dir,
-        storage.read_dir(storage.stage_path("raw", key)) as raw_dir,
+        storage.read_dir(raw_capture_dir(storage.stage_path("raw", key))) as raw_dir,
         storage.write_to(target, index_file=LINEAGE_FILE) as stage,
     ):
         trajectory = read_trajectory(trajectory_dir)
