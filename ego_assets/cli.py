@@ -3,7 +3,8 @@
 Commands:
     synth    write a synthetic capture of one kind (deterministic per seed)
     convert  read one capture folder into a canonical trajectory folder
-    inspect  print the streams of a trajectory folder
+    inspect  print the streams of a trajectory folder, or check EgoSmith shards
+    validate check an export (EgoSmith shard, episode folder or packed dataset)
     demo     run the whole platform on ./data with a local Dagster instance
     waive    let one capture through one blocking quality metric (or --revoke it)
     view     write an episode's Rerun recording and open it (native or web viewer)
@@ -47,8 +48,11 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from ego_assets.formats.egosmith_reader import is_egosmith_path
     from ego_assets.trajectory.store import read_header
 
+    if is_egosmith_path(Path(args.trajectory)):
+        return _validate(argparse.Namespace(path=args.trajectory))
     header, index = read_header(Path(args.trajectory))
     info = header.info
     print(f"{info.capture_id}  {info.source_kind}  frame={info.world_frame} up={info.up_axis}")
@@ -56,6 +60,17 @@ def _inspect(args: argparse.Namespace) -> int:
         rate = entry["attrs"].get("nominal_rate_hz", "")
         print(f"  {entry['name']:<32} {entry['kind']:<18} rows={entry['rows']:<7} {rate}")
     return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from ego_assets.formats.egosmith_reader import format_report, is_egosmith_path, validate_path
+
+    path = Path(args.path)
+    if not is_egosmith_path(path):
+        raise ValueError(f"{path}: not an EgoSmith shard, episode folder or dataset folder")
+    report = validate_path(path)
+    print(format_report(report))
+    return 0 if report.ok else 1
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -159,9 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--key", help="capture key (default: folder name)")
     convert.set_defaults(func=_convert)
 
-    inspect = sub.add_parser("inspect", help="list the streams of a trajectory folder")
-    inspect.add_argument("trajectory")
+    inspect = sub.add_parser(
+        "inspect", help="list a trajectory folder's streams; EgoSmith shards: counts + checks"
+    )
+    inspect.add_argument("trajectory", help="trajectory folder, or SHARD_OR_DIR of EgoSmith")
     inspect.set_defaults(func=_inspect)
+
+    validate = sub.add_parser("validate", help="check an EgoSmith shard or folder (exit 1: bad)")
+    validate.add_argument("path")
+    validate.set_defaults(func=_validate)
 
     demo = sub.add_parser("demo", help="run the platform on local files")
     demo.add_argument("--data", default="data")

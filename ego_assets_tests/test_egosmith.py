@@ -21,6 +21,7 @@ from scipy.spatial.transform import Rotation
 
 from ego_assets import pipeline
 from ego_assets.capture.manifest import raw_capture_dir, write_marker
+from ego_assets.cli import main
 from ego_assets.defs.demo import aria_fixture_dir
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_export import (
@@ -346,3 +347,44 @@ def test_loader_windows_never_cross_episodes(store):
         for j in range(4):  # action j = state of frame t + 1 + j (the last frame holds)
             want = states[(episode, min(frame + 1 + j, last))]
             np.testing.assert_array_equal(w["action"][j], want)
+
+
+def test_cli_inspect_and_validate_report_counts_and_problems(store, tmp_path, capsys):
+    folder = _folder(store, "mano")
+    assert main(["inspect", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"episode {EPISODES['mano']:06d}: 60 samples" in out and "valid" in out
+    assert main(["validate", _shards(store, "mano")[0]]) == 0
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    with tarfile.open(broken / "extra.tar", "w") as tar:  # a shard with a path and a link
+        info = tarfile.TarInfo("../escape.image.jpg")
+        info.size = 0
+        tar.addfile(info)
+        link = tarfile.TarInfo("link.meta.json")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        tar.addfile(link)
+    assert main(["validate", str(broken / "extra.tar")]) == 1
+    out = capsys.readouterr().out
+    assert "unsafe name" in out and "not a regular file" in out
+
+
+def test_export_and_packing_on_s3(s3_server, s3_bucket, tmp_path):
+    storage = Storage(s3_bucket, storage_options=s3_server.storage_options)
+    local = tmp_path / "xr"
+    synthesize("webxr", local, seconds=1, seed=9, capture_id="xr")
+    s3_server.upload_dir(local, f"{s3_bucket}/landing/xr")
+    pipeline.ingest_raw(storage, "xr")
+    pipeline.normalize(storage, "xr")
+    written = export_episode(storage, "xr", 4, OPTIONS, gate_version="gate-v1")
+    assert written.figures["samples"] == 30 and not written.reused
+    assert export_episode(storage, "xr", 4, OPTIONS, gate_version="gate-v1").reused
+    keys = s3_server.keys(f"{s3_bucket}/exports/egosmith/xr")
+    assert "episode.json" in keys and any(k.startswith("shard-") for k in keys)
+    pack_dataset(storage, EgoSmithOptions(val_fraction=0.0))
+    with storage.read_dir(dataset_path(storage)) as folder:
+        report = validate_path(folder)
+        assert report.ok and report.samples == 30, report.errors
+    receipt = s3_server.keys(f"{s3_bucket}/receipts/egosmith_shards")
+    assert receipt == ["xr.json"]

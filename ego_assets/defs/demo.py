@@ -9,8 +9,9 @@
    exactly as the sensor daemon tags its runs (``dagster/run_key``,
    ``dagster/sensor_name``). The daemon skips a run key that already has a run of its
    sensor, so ``make dev`` afterwards re-runs none of the demo's captures: one path.
-3. Refreshes the quality catalog (``aggregates_job``) when anything ran.
-4. Prints a summary table and the quality table of every registered capture.
+3. Refreshes the aggregates (``aggregates_job``: quality catalog, packed EgoSmith
+   dataset) when anything ran.
+4. Prints a summary table, the quality table and the EgoSmith exports of every capture.
 
 A second run finds every run key done and only prints the tables.
 """
@@ -30,6 +31,7 @@ from tqdm import tqdm
 from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.receipts import EXPORT_FORMATS, read_receipt
 from ego_assets.definitions import build_defs
+from ego_assets.defs.egosmith import egosmith_rows
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.sensors import landing_sensor
@@ -184,6 +186,7 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     print_summary(store, keys, failures, out)
     print_quality(store, keys, out)
     print_exports(store, keys, out)
+    _print_table(egosmith_rows(store, keys), out)
     return 1 if failures else 0
 
 

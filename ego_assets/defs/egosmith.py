@@ -10,7 +10,8 @@
   shards with a train/val split by episode and a SHA-256 manifest; one writer at a time.
 """
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Sequence
 
 import dagster as dg
 from pydantic import Field
@@ -26,7 +27,14 @@ from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.episode_index import EpisodeIndexRegistry
 from ego_assets.formats import egosmith_webdataset as egosmith
-from ego_assets.formats.egosmith_export import export_episode, pack_dataset
+from ego_assets.formats.egosmith_export import (
+    dataset_path,
+    export_episode,
+    pack_dataset,
+    stored_episode,
+)
+from ego_assets.formats.egosmith_webdataset import MANIFEST_FILE
+from ego_assets.storage import Storage
 
 EXPORTS_GROUP = "exports"
 POLICY_EXPORT = "webdataset"  # this exporter's name in ego_assets/quality/policy.toml
@@ -112,3 +120,27 @@ def egosmith_dataset(storage: StorageResource, config: EgoSmithConfig) -> dg.Mat
 
 
 EGOSMITH_ASSETS = [egosmith_shards, egosmith_dataset]
+
+
+def egosmith_rows(storage: Storage, keys: Sequence[str]) -> list[tuple[str, ...]]:
+    """Table rows for `make demo` beside the receipts: skipped captures, the packed dataset."""
+    rows: list[tuple[str, ...]] = [("egosmith", "")]
+    for key in sorted(keys):
+        summary = stored_episode(storage, key)
+        if summary is not None and summary.status == "skipped":
+            rows.append((key, f"skipped: {summary.reason}"))
+    manifest = dataset_path(storage) / MANIFEST_FILE
+    if manifest.exists():
+        packed = json.loads(manifest.read_text())
+        splits = packed["splits"]
+        rows.append(
+            (
+                "packed dataset",
+                f"{len(packed['shards'])} shards, {packed['samples']} samples, "
+                f"{splits['train']['episodes']} train / {splits['val']['episodes']} val "
+                f"episodes: {dataset_path(storage).path}",
+            )
+        )
+    else:
+        rows.append(("packed dataset", "not packed yet"))
+    return rows

@@ -251,6 +251,18 @@ def _check_index(folder: Path, entries: list[dict[str, Any]], report: Report) ->
             report.error(f"{folder.name}: {entry['name']} SHA-256 differs from the index")
 
 
+def is_egosmith_path(path: Path) -> bool:
+    """Whether ``path`` is a ``.tar`` shard or a folder of shards / episode / dataset."""
+    path = Path(path)
+    if path.is_file():
+        return path.suffix == ".tar"
+    return path.is_dir() and (
+        (path / EPISODE_FILE).exists()
+        or (path / MANIFEST_FILE).exists()
+        or any(path.glob("shard-*.tar"))
+    )
+
+
 def validate_path(path: Path) -> Report:
     """Check a shard, an episode folder or a packed dataset folder (see the module docstring)."""
     path = Path(path)
