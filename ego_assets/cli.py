@@ -4,7 +4,6 @@ Commands:
     synth    write a synthetic capture of one kind (deterministic per seed)
     convert  read one capture folder into a canonical trajectory folder
     inspect  print the streams of a trajectory folder, or check EgoSmith shards
-    validate check an export (EgoSmith shard, episode folder or packed dataset)
     demo     run the whole platform on ./data with a local Dagster instance
     waive    let one capture through one blocking quality metric (or --revoke it)
     view     write an episode's Rerun recording and open it (native or web viewer)
@@ -52,7 +51,11 @@ def _inspect(args: argparse.Namespace) -> int:
     from ego_assets.trajectory.store import read_header
 
     if is_egosmith_path(Path(args.trajectory)):
-        return _validate(argparse.Namespace(path=args.trajectory))
+        from ego_assets.formats.egosmith_reader import format_report, validate_path
+
+        report = validate_path(Path(args.trajectory))
+        print(format_report(report))
+        return 0 if report.ok else 1
     header, index = read_header(Path(args.trajectory))
     info = header.info
     print(f"{info.capture_id}  {info.source_kind}  frame={info.world_frame} up={info.up_axis}")
@@ -60,17 +63,6 @@ def _inspect(args: argparse.Namespace) -> int:
         rate = entry["attrs"].get("nominal_rate_hz", "")
         print(f"  {entry['name']:<32} {entry['kind']:<18} rows={entry['rows']:<7} {rate}")
     return 0
-
-
-def _validate(args: argparse.Namespace) -> int:
-    from ego_assets.formats.egosmith_reader import format_report, is_egosmith_path, validate_path
-
-    path = Path(args.path)
-    if not is_egosmith_path(path):
-        raise ValueError(f"{path}: not an EgoSmith shard, episode folder or dataset folder")
-    report = validate_path(path)
-    print(format_report(report))
-    return 0 if report.ok else 1
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -129,9 +121,16 @@ def _holos_hdf5_validator(path: Path) -> Callable[[Path], list[str]] | None:
     return validate_file if is_hdf5(path) else None
 
 
+def _egosmith_validator(path: Path) -> Callable[[Path], list[str]] | None:
+    from ego_assets.formats.egosmith_reader import is_egosmith_path, validate_path
+
+    return (lambda p: validate_path(p).errors) if is_egosmith_path(path) else None
+
+
 # One entry per export format: given the path, its validator if the path is that format's.
 VALIDATORS: tuple[tuple[str, Callable[[Path], Callable[[Path], list[str]] | None]], ...] = (
     ("Holos HDF5", _holos_hdf5_validator),
+    ("EgoSmith WebDataset", _egosmith_validator),
 )
 
 
@@ -180,10 +179,6 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("trajectory", help="trajectory folder, or SHARD_OR_DIR of EgoSmith")
     inspect.set_defaults(func=_inspect)
 
-    validate = sub.add_parser("validate", help="check an EgoSmith shard or folder (exit 1: bad)")
-    validate.add_argument("path")
-    validate.set_defaults(func=_validate)
-
     demo = sub.add_parser("demo", help="run the platform on local files")
     demo.add_argument("--data", default="data")
     demo.add_argument("--seconds", type=float, default=8.0, help="synthetic capture length")
@@ -210,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     view.set_defaults(func=_view)
 
     validate = sub.add_parser("validate", help="check an exported file against its format")
-    validate.add_argument("path", help="an exported file (e.g. FILE.h5)")
+    validate.add_argument("path", help="an exported file (FILE.h5, SHARD.tar) or EgoSmith folder")
     validate.set_defaults(func=_validate)
     return parser
 
