@@ -29,7 +29,7 @@ from typing import Any
 from upath import UPath
 
 from ego_assets.capture.manifest import raw_capture_dir
-from ego_assets.catalog.receipts import make_receipt, write_receipt
+from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
 from ego_assets.formats.ceres_lerobot import CODE_VERSION, FORMAT_NAME, shard_name, write_shard
 from ego_assets.formats.ceres_merge import merge_shards
 from ego_assets.pipeline import LINEAGE_FILE, StepResult, stored_gate
@@ -68,10 +68,13 @@ def export_episode(
     """
     version = f"{CODE_VERSION}:{gate_data_version}"
     lineage = stored_lineage(storage, key)
-    if lineage and lineage["data_version"] == version and lineage["episode_index"] == episode_index:
-        return StepResult(key, version, True, _figures(lineage))
     target = export_root(storage, key)
     shard = f"{SHARDS_DIR}/{shard_name(episode_index)}"
+    if lineage and lineage["data_version"] == version and lineage["episode_index"] == episode_index:
+        if read_receipt(storage, RECEIPT_FORMAT, key) is None:  # killed before the receipt
+            with storage.read_dir(target / shard) as folder:
+                write_receipt(storage, _receipt(storage, key, target / shard, folder, version))
+        return StepResult(key, version, True, _figures(lineage))
     with (
         storage.read_dir(storage.stage_path("trajectory", key)) as trajectory_dir,
         storage.read_dir(raw_capture_dir(storage.stage_path("raw", key))) as raw_dir,
@@ -91,17 +94,24 @@ def export_episode(
             "bytes": summary.bytes,
         }
         (stage / LINEAGE_FILE).write_text(json.dumps(lineage, sort_keys=True) + "\n")
-        receipt = make_receipt(
-            storage,
-            export_format=RECEIPT_FORMAT,
-            capture_key=key,
-            location=target / shard,
-            local=folder,
-            code_version=CODE_VERSION,
-            input_data_version=gate_data_version,
-        )
+        receipt = _receipt(storage, key, target / shard, folder, version)
     write_receipt(storage, receipt)  # once the shard is in place
     return StepResult(key, version, False, _figures(lineage))
+
+
+def _receipt(
+    storage: Storage, key: str, location: UPath, local: Path, version: str
+) -> ExportReceipt:
+    """The export receipt of a shard (``version`` = exporter version + gate data version)."""
+    return make_receipt(
+        storage,
+        export_format=RECEIPT_FORMAT,
+        capture_key=key,
+        location=location,
+        local=local,
+        code_version=CODE_VERSION,
+        input_data_version=version.removeprefix(f"{CODE_VERSION}:"),
+    )
 
 
 def _figures(lineage: dict[str, Any]) -> dict[str, float | int | str]:

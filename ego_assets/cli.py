@@ -127,10 +127,17 @@ def _egosmith_validator(path: Path) -> Callable[[Path], list[str]] | None:
     return (lambda p: validate_path(p).errors) if is_egosmith_path(path) else None
 
 
+def _ceres_validator(path: Path) -> Callable[[Path], list[str]] | None:
+    from ego_assets.formats.ceres_lerobot_validate import is_ceres_dataset, validate_dataset
+
+    return validate_dataset if is_ceres_dataset(path) else None
+
+
 # One entry per export format: given the path, its validator if the path is that format's.
 VALIDATORS: tuple[tuple[str, Callable[[Path], Callable[[Path], list[str]] | None]], ...] = (
     ("Holos HDF5", _holos_hdf5_validator),
     ("EgoSmith WebDataset", _egosmith_validator),
+    ("CERES LeRobot v3", _ceres_validator),
 )
 
 
@@ -205,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     view.set_defaults(func=_view)
 
     validate = sub.add_parser("validate", help="check an exported file against its format")
-    validate.add_argument("path", help="an exported file (FILE.h5, SHARD.tar) or EgoSmith folder")
+    validate.add_argument(
+        "path", help="an exported file (FILE.h5, SHARD.tar), EgoSmith folder or CERES shard/dataset"
+    )
     validate.set_defaults(func=_validate)
     return parser
 

@@ -16,6 +16,7 @@
 A second run finds every run key done and only prints the tables.
 """
 
+import json
 import logging
 import os
 import shutil
@@ -30,6 +31,7 @@ from tqdm import tqdm
 
 from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.receipts import EXPORT_FORMATS, read_receipt
+from ego_assets.ceres_export import dataset_location as ceres_dataset_location
 from ego_assets.definitions import build_defs
 from ego_assets.defs.egosmith import egosmith_rows
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
@@ -187,6 +189,7 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     print_quality(store, keys, out)
     print_exports(store, keys, out)
     _print_table(egosmith_rows(store, keys), out)
+    print_datasets(store, out)
     return 1 if failures else 0
 
 
@@ -237,6 +240,18 @@ def print_exports(storage: Storage, keys: Sequence[str], out: TextIO) -> None:
         print("no exports yet", file=out)
         return
     _print_table(rows, out)
+
+
+def print_datasets(storage: Storage, out: TextIO) -> None:
+    """One line per merged dataset: where it is and what it holds."""
+    info = ceres_dataset_location(storage) / "meta/info.json"
+    if info.exists():
+        meta = json.loads(info.read_text())
+        print(
+            f"\nCERES LeRobot v3 dataset: {meta['total_episodes']} episodes, "
+            f"{meta['total_frames']} frames, {meta['total_tasks']} tasks -> {info.parent.parent}",
+            file=out,
+        )
 
 
 def print_summary(
