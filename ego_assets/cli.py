@@ -3,7 +3,7 @@
 Commands:
     synth    write a synthetic capture of one kind (deterministic per seed)
     convert  read one capture folder into a canonical trajectory folder
-    inspect  print the streams of a trajectory folder, or check EgoSmith shards
+    inspect  print the streams of a trajectory, capture folder or raw copy; check EgoSmith shards
     demo     run the whole platform on ./data with a local Dagster instance
     waive    let one capture through one blocking quality metric (or --revoke it)
     view     write an episode's Rerun recording and open it (native or web viewer)
@@ -17,51 +17,218 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TextIO
 
 from ego_assets.errors import CaptureFormatError, CaptureKeyError
 
 
-def _synth(args: argparse.Namespace) -> int:
-    from ego_assets.synth import synthesize
+class UsageError(Exception):
+    """A command's input is unusable (missing path, existing output): one line, exit 2."""
 
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows ``(default: X)`` for options that have a default; keeps epilog line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False or action.default == "":
+            return action.help or ""
+        return super()._get_help_string(action) or ""
+
+
+class _Bars:
+    """Progress bars (tqdm) for `ego_assets.progress` reports: one bar per task run.
+
+    Args:
+        stream: where the bars go (the terminal's stderr).
+        delay_s: a bar appears only once its task has run this long.
+    """
+
+    def __init__(self, stream: TextIO, delay_s: float = 0.5) -> None:
+        self.stream = stream
+        self.delay_s = delay_s
+        self.task: str | None = None
+        self.bar: Any = None
+
+    def __call__(self, task: str, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None or task != self.task or done < self.bar.n:
+            self.close()
+            self.task = task
+            in_bytes = "(bytes)" in task
+            self.bar = tqdm(
+                total=total,
+                desc=task.replace(" (bytes)", ""),
+                file=self.stream,
+                delay=self.delay_s,
+                leave=False,
+                unit="B" if in_bytes else " frames",
+                unit_scale=in_bytes,
+            )
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+@contextmanager
+def _progress(args: argparse.Namespace) -> Iterator[None]:
+    """Progress bars on stderr while the block runs, when stderr is a terminal."""
+    from ego_assets.progress import listening
+
+    if args.no_progress or not sys.stderr.isatty():
+        yield
+        return
+    bars = _Bars(sys.stderr)
+    try:
+        with listening(bars):
+            yield
+    finally:
+        bars.close()
+
+
+def _existing_folder(path: Path, what: str) -> Path:
+    if not path.exists():
+        raise UsageError(f"{what} {path} does not exist")
+    if not path.is_dir():
+        raise UsageError(f"{what} {path} is not a folder")
+    return path
+
+
+def _free_output(path: Path, force: bool, index_file: str, what: str) -> None:
+    """Refuse an existing non-empty output folder unless ``force``; even then, replace
+    only a folder that holds ``index_file`` (a ``what`` folder), never anything else."""
+    parent = next(p for p in path.absolute().parents if p.exists())
+    if not parent.is_dir():
+        raise UsageError(f"output {path}: {parent} is not a folder")
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise UsageError(f"output {path} exists and is not a folder")
+    if not any(path.iterdir()):
+        return
+    if not force:
+        raise UsageError(f"output folder {path} exists; pass --force to replace it")
+    if not (path / index_file).is_file():
+        raise UsageError(
+            f"output folder {path} is not a {what} folder (no {index_file}); "
+            "refusing to replace it, even with --force"
+        )
+
+
+def _capture_folder(path: Path) -> Path:
+    """The folder holding a capture's files: ``path`` itself, or ``path/capture`` for a
+    raw copy made by the platform (``raw/<key>`` with its manifest)."""
+    from ego_assets.capture.files import MARKER_FILE
+    from ego_assets.capture.manifest import MANIFEST_FILE, raw_capture_dir
+
+    _existing_folder(path, "capture folder")
+    inner = raw_capture_dir(path)
+    if not (path / MARKER_FILE).exists() and (path / MANIFEST_FILE).is_file() and inner.is_dir():
+        return inner
+    return path
+
+
+def _key(args: argparse.Namespace, path: Path) -> str:
+    return str(args.key or path.resolve().name)
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from ego_assets.capture.files import MARKER_FILE
+    from ego_assets.synth import synthesize
+    from ego_assets.trajectory.store import atomic_directory
+
+    out = Path(args.out)
+    _free_output(out, args.force, MARKER_FILE, "capture")
     faults = [f for f in (args.faults or "").split(",") if f]
-    path = synthesize(
-        args.kind, Path(args.out), seconds=args.seconds, seed=args.seed, faults=faults
-    )
-    print(path)
+    with _progress(args), atomic_directory(out) as staging:
+        synthesize(args.kind, staging, seconds=args.seconds, seed=args.seed, faults=faults)
+    print(out)
     return 0
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from ego_assets.pipeline import convert_capture
-    from ego_assets.trajectory.store import write_trajectory
+    from ego_assets.capture import read_checked_capture
+    from ego_assets.trajectory.store import CAPTURE_JSON, write_trajectory
 
-    capture = Path(args.capture)
-    key = args.key or capture.name
-    trajectory, _ = convert_capture(key, capture)
-    write_trajectory(trajectory, Path(args.out))
-    print(f"{key}: {len(trajectory.streams)} streams, {trajectory.duration_s:.2f} s -> {args.out}")
+    capture = _capture_folder(Path(args.capture))
+    key = _key(args, Path(args.capture))
+    out = Path(args.out)
+    _free_output(out, args.force, CAPTURE_JSON, "trajectory")
+    with _progress(args):
+        trajectory, _ = read_checked_capture(key, capture)
+        write_trajectory(trajectory, out)
+    print(f"{key}: {len(trajectory.streams)} streams, {trajectory.duration_s:.2f} s -> {out}")
     return 0
+
+
+INSPECT_COLUMNS = ("stream", "kind", "rows", "rate (Hz)", "first (s)", "last (s)", "source file")
 
 
 def _inspect(args: argparse.Namespace) -> int:
     from ego_assets.formats.egosmith_reader import is_egosmith_path
-    from ego_assets.trajectory.store import read_header
+    from ego_assets.trajectory.store import CAPTURE_JSON, read_header, stream_index_entry
 
-    if is_egosmith_path(Path(args.trajectory)):
+    if is_egosmith_path(Path(args.path)):
         from ego_assets.formats.egosmith_reader import format_report, validate_path
 
-        report = validate_path(Path(args.trajectory))
+        report = validate_path(Path(args.path))
         print(format_report(report))
         return 0 if report.ok else 1
-    header, index = read_header(Path(args.trajectory))
-    info = header.info
-    print(f"{info.capture_id}  {info.source_kind}  frame={info.world_frame} up={info.up_axis}")
+    path = _existing_folder(Path(args.path), "folder")
+    if (path / CAPTURE_JSON).is_file():
+        header, index = read_header(path)
+        info, what = header.info, "trajectory folder"
+    else:
+        from ego_assets.capture import read_checked_capture
+        from ego_assets.capture.files import MARKER_FILE
+
+        capture = _capture_folder(path)
+        if not (capture / MARKER_FILE).exists():
+            raise UsageError(
+                f"{path} is neither a trajectory folder (no {CAPTURE_JSON}) nor a capture "
+                f"folder (no {MARKER_FILE})"
+            )
+        with _progress(args):
+            trajectory, manifest = read_checked_capture(_key(args, path), capture)
+        info = trajectory.info
+        index = [stream_index_entry(s) for s in sorted(trajectory.streams, key=lambda s: s.name)]
+        what = (
+            f"{'raw copy' if capture != path else 'capture folder'}, read without converting: "
+            f"{len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, "
+            f"content sha256 {manifest.content_sha256[:12]}"
+        )
+    print(f"capture   {info.capture_id}  ({what})")
+    print(f"source    {info.source_kind}  world frame {info.world_frame!r}, up +{info.up_axis}")
+    duration = max((e["t_last"] for e in index if e["t_last"] is not None), default=0.0)
+    print(f"duration  {duration:.3f} s, {len(index)} streams")
+    rows = [INSPECT_COLUMNS]
     for entry in index:
-        rate = entry["attrs"].get("nominal_rate_hz", "")
-        print(f"  {entry['name']:<32} {entry['kind']:<18} rows={entry['rows']:<7} {rate}")
+        rate = entry["attrs"].get("nominal_rate_hz")
+        first, last = entry["t_first"], entry["t_last"]
+        rows.append(
+            (
+                entry["name"],
+                entry["kind"],
+                str(entry["rows"]),
+                "-" if rate is None else f"{float(rate):g}",
+                "-" if first is None else f"{first:.3f}",
+                "-" if last is None else f"{last:.3f}",
+                str(entry["attrs"].get("source_file", "-")),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(INSPECT_COLUMNS))]
+    for row in rows:
+        cells = [
+            cell.rjust(width) if 2 <= i <= 5 else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
     return 0
 
 
@@ -160,34 +327,91 @@ def _validate(args: argparse.Namespace) -> int:
     return 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ego-assets", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def _synth_epilog() -> str:
+    from ego_assets.synth import APPLICABLE_FAULTS, FAULT_MEANINGS, KIND_MEANINGS
 
-    synth = sub.add_parser("synth", help="write a synthetic capture")
-    synth.add_argument(
-        "--kind", required=True, choices=["holos-visionpro", "holos-iphone", "webxr", "mano-video"]
+    width = max(map(len, [*KIND_MEANINGS, *FAULT_MEANINGS]))
+    lines = ["kinds:"]
+    lines += [f"  {kind:<{width}}  {meaning}" for kind, meaning in KIND_MEANINGS.items()]
+    lines += ["", "faults (--faults a,b; one that does not apply to the kind is ignored):"]
+    for fault, meaning in FAULT_MEANINGS.items():
+        kinds = [k for k in KIND_MEANINGS if fault in APPLICABLE_FAULTS[k]]
+        only = "" if len(kinds) == len(KIND_MEANINGS) else f" [{', '.join(kinds)}]"
+        lines.append(f"  {fault:<{width}}  {meaning}{only}")
+    return "\n".join(lines)
+
+
+def _progress_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (one is drawn on stderr only when it is a terminal)",
     )
-    synth.add_argument("--seconds", type=float, default=10.0)
-    synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--faults", default="", help="comma-separated fault options")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ego_assets.synth import KINDS
+
+    parser = argparse.ArgumentParser(
+        prog="ego-assets", description=__doc__.splitlines()[0], formatter_class=_HelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    synth = sub.add_parser(
+        "synth",
+        help="write a synthetic capture",
+        description="Write one synthetic capture folder (the same options give the same bytes).",
+        epilog=_synth_epilog(),
+    )
+    synth.add_argument(
+        "--kind", required=True, choices=KINDS, metavar="KIND", help="capture kind (see below)"
+    )
+    synth.add_argument("--seconds", type=float, default=10.0, help="capture length, seconds")
+    synth.add_argument("--seed", type=int, default=0, help="random seed")
+    synth.add_argument(
+        "--faults", default="", help="comma-separated faults (see below; default: none)"
+    )
+    synth.add_argument("--force", action="store_true", help="replace an existing capture folder")
+    _progress_option(synth)
     synth.add_argument("out", help="capture folder to create")
     synth.set_defaults(func=_synth)
 
-    convert = sub.add_parser("convert", help="capture folder -> trajectory folder")
-    convert.add_argument("capture")
-    convert.add_argument("out")
-    convert.add_argument("--key", help="capture key (default: folder name)")
+    convert = sub.add_parser(
+        "convert",
+        help="capture folder -> trajectory folder",
+        description=(
+            "Check a capture folder against its completion marker (as the raw_capture\n"
+            "asset does), read it and write the canonical trajectory folder."
+        ),
+    )
+    convert.add_argument("capture", help="capture folder (or a raw copy data/raw/<key>)")
+    convert.add_argument("out", help="trajectory folder to create")
+    convert.add_argument("--key", help="capture key (default: the capture folder's name)")
+    convert.add_argument(
+        "--force", action="store_true", help="replace an existing trajectory folder"
+    )
+    _progress_option(convert)
     convert.set_defaults(func=_convert)
 
     inspect = sub.add_parser(
-        "inspect", help="list a trajectory folder's streams; EgoSmith shards: counts + checks"
+        "inspect",
+        help="list the streams of a trajectory or capture folder; check EgoSmith shards",
+        description=(
+            "List the streams of a trajectory folder, or of a capture folder or raw copy\n"
+            "(read and checked in memory, nothing written): rows, nominal rate in Hz,\n"
+            "first and last sample in seconds since the capture start. For EgoSmith\n"
+            "shards (a .tar or a folder of them): sample counts and format checks."
+        ),
     )
-    inspect.add_argument("trajectory", help="trajectory folder, or SHARD_OR_DIR of EgoSmith")
+    inspect.add_argument(
+        "path", help="trajectory folder, capture folder, raw copy, or EgoSmith SHARD_OR_DIR"
+    )
+    inspect.add_argument("--key", help="capture key of a capture folder (default: its name)")
+    _progress_option(inspect)
     inspect.set_defaults(func=_inspect)
 
     demo = sub.add_parser("demo", help="run the platform on local files")
-    demo.add_argument("--data", default="data")
+    demo.add_argument("--data", default="data", help="data root (landing zone and stages)")
     demo.add_argument("--seconds", type=float, default=8.0, help="synthetic capture length")
     demo.set_defaults(func=_demo)
 
@@ -202,13 +426,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     view = sub.add_parser("view", help="open an episode in the Rerun viewer")
     view.add_argument("episode", help="capture key (in --data) or trajectory folder")
-    view.add_argument("--data", default=os.environ.get("EGO_DATA_DIR", "data"))
+    view.add_argument(
+        "--data", default=os.environ.get("EGO_DATA_DIR", "data"), help="data root ($EGO_DATA_DIR)"
+    )
     view.add_argument("--media", help="raw capture folder (for a trajectory folder)")
     view.add_argument("--out", help="recording to write (default: ./<key>.rrd)")
     view.add_argument("--save-only", action="store_true", help="write the .rrd, do not open")
     view.add_argument("--web", action="store_true", help="serve the web viewer on 127.0.0.1")
-    view.add_argument("--web-port", type=int, default=9090)
-    view.add_argument("--grpc-port", type=int, default=9876)
+    view.add_argument("--web-port", type=int, default=9090, help="web viewer port")
+    view.add_argument("--grpc-port", type=int, default=9876, help="recording stream port")
     view.set_defaults(func=_view)
 
     validate = sub.add_parser("validate", help="check an exported file against its format")
@@ -216,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
         "path", help="an exported file (FILE.h5, SHARD.tar), EgoSmith folder or CERES shard/dataset"
     )
     validate.set_defaults(func=_validate)
+    for command in sub.choices.values():
+        command.formatter_class = _HelpFormatter
     return parser
 
 
@@ -226,9 +454,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CaptureFormatError, CaptureKeyError, ValueError, KeyError) as exc:
+    except (UsageError, CaptureFormatError, CaptureKeyError, ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # e.g. permission denied, disk full: the system's own words
+        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -3,8 +3,6 @@
 * `ingest_raw`: landing -> immutable raw copy + manifest (idempotent: an existing
   raw copy is kept as it is). The capture's files land below ``raw/<key>/capture/``,
   the platform's manifest beside them (`ego_assets.capture.manifest`).
-* `convert_capture`: what ``ego-assets convert`` does: the same intake check as
-  `ingest_raw` (`check_capture`), then the reader, without storage.
 * `normalize`: raw copy -> canonical trajectory, skipped when the stored trajectory
   was made from the same raw content by the same normalizer version.
 * `assess_quality`: trajectory -> quality report, timeline PNG, the episode's Rerun
@@ -19,7 +17,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from ego_assets.capture import read_capture
 from ego_assets.capture.files import CaptureFiles
@@ -27,11 +24,9 @@ from ego_assets.capture.manifest import (
     MANIFEST_FILE,
     MANIFEST_VERSION,
     RawManifest,
-    check_capture,
     copy_capture,
     raw_capture_dir,
 )
-from ego_assets.keys import validate_capture_key
 from ego_assets.quality.expectations import run_expectations
 from ego_assets.quality.gate import GATE_FILE, Gate, require_gate
 from ego_assets.quality.policy import default_policy
@@ -40,7 +35,6 @@ from ego_assets.quality.thresholds import default_thresholds
 from ego_assets.quality.timeline import timeline_png
 from ego_assets.quality.waivers import read_waivers, waivers_digest, waivers_for
 from ego_assets.storage import Storage, write_file
-from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory, write_trajectory_files
 from ego_assets.viewer.recording import RECORDING_FILE, VIEWER_VERSION, build_recording
 
@@ -104,19 +98,6 @@ def normalize(storage: Storage, key: str) -> StepResult:
         (stage / LINEAGE_FILE).write_text(json.dumps(lineage, sort_keys=True) + "\n")
         header = json.loads((stage / CAPTURE_JSON).read_text())
     return StepResult(key, version, False, _trajectory_figures(header))
-
-
-def convert_capture(key: str, folder: Path) -> tuple[Trajectory, RawManifest]:
-    """Check the capture folder as `ingest_raw` does, then read it (no storage involved).
-
-    Returns:
-        The trajectory and the capture's manifest (its content hash and files).
-
-    Raises:
-        CaptureFormatError: whatever `check_capture` or the reader refuses.
-    """
-    manifest = check_capture(CaptureFiles(validate_capture_key(key), Path(folder)))
-    return read_capture(key, folder), manifest
 
 
 def _trajectory_figures(header: dict) -> dict[str, float | int | str]:

@@ -1,6 +1,33 @@
+import io
 import json
+import shutil
+from pathlib import Path
 
-from ego_assets.cli import main
+import pytest
+
+from ego_assets.capture.files import MARKER_FILE
+from ego_assets.cli import INSPECT_COLUMNS, _Bars, build_parser, main
+from ego_assets.pipeline import ingest_raw
+from ego_assets.progress import listening
+from ego_assets.storage import Storage
+from ego_assets.synth import FAULT_MEANINGS, KIND_MEANINGS, KINDS
+from ego_assets.synth.video import DRAW_TASK, ENCODE_TASK
+from ego_assets.trajectory.store import read_trajectory
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory) -> Path:
+    """A 1 s webxr capture made through the CLI (read-only for the tests)."""
+    out = tmp_path_factory.mktemp("cli") / "cap-1"
+    assert main(["synth", "--kind", "webxr", "--seconds", "1", "--seed", "3", str(out)]) == 0
+    return out
+
+
+def _one_line_error(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: ")
+    assert "Traceback" not in captured.err
+    return captured.err.strip()
 
 
 def test_synth_convert_inspect_round_trip(tmp_path, capsys):
@@ -12,15 +39,173 @@ def test_synth_convert_inspect_round_trip(tmp_path, capsys):
     assert marker["kind"] == "mano_video"
     assert main(["convert", str(capture), str(tmp_path / "traj")]) == 0
     assert main(["inspect", str(tmp_path / "traj")]) == 0
-    out = capsys.readouterr().out
-    assert "cap-1: 3 streams" in out
-    assert "mano_left" in out and "video_frames" in out
+    captured = capsys.readouterr()
+    assert "cap-1: 3 streams" in captured.out
+    assert "mano_left" in captured.out and "video_frames" in captured.out
+    assert captured.err == ""  # no progress bar when stderr is not a terminal
 
 
 def test_bad_fault_option_and_bad_capture_are_reported_not_raised(tmp_path, capsys):
     assert main(["synth", "--kind", "webxr", "--faults", "bogus", str(tmp_path / "x")]) == 2
-    assert "unknown fault option" in capsys.readouterr().err
+    assert "unknown fault option" in _one_line_error(capsys)
+    assert not (tmp_path / "x").exists()
     (tmp_path / "bad").mkdir()
     assert main(["convert", str(tmp_path / "bad"), str(tmp_path / "out")]) == 2
-    assert "capture 'bad', file 'ego_capture.json': file is missing" in capsys.readouterr().err
+    error = _one_line_error(capsys)
+    assert "capture 'bad', file 'ego_capture.json': file is missing" in error
     assert not (tmp_path / "out").exists()
+
+
+def test_help_states_every_option_its_default_and_the_kinds_and_faults(capsys):
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name, command in commands.items():
+        for action in command._actions:
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+        text = command.format_help()
+        for action in command._actions:
+            if action.option_strings and action.default not in (None, False, "", "==SUPPRESS=="):
+                assert f"(default: {action.default})" in " ".join(text.split()), (name, action)
+    with pytest.raises(SystemExit) as done:
+        main(["synth", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--seconds SECONDS capture length, seconds (default: 10.0)" in text
+    assert "--seed SEED random seed (default: 0)" in text
+    assert set(KIND_MEANINGS) == set(KINDS)
+    for kind, meaning in KIND_MEANINGS.items():
+        assert f"{kind} {meaning}" in text
+    for fault, meaning in FAULT_MEANINGS.items():
+        assert f"{fault} {meaning}" in text
+    assert "quaternion_wxyz webxr joint rotations written w first [webxr]" in text
+
+
+def test_synth_refuses_an_existing_folder_unless_force_and_never_replaces_other_folders(
+    capture, tmp_path, capsys
+):
+    out = tmp_path / "cap"
+    shutil.copytree(capture, out)
+    before = (out / MARKER_FILE).read_bytes()
+    assert main(["synth", "--kind", "webxr", "--seconds", "1", str(out)]) == 2
+    assert (
+        _one_line_error(capsys) == f"error: output folder {out} exists; pass --force to replace it"
+    )
+    assert (out / MARKER_FILE).read_bytes() == before
+    args = ["synth", "--kind", "mano-video", "--seconds", "1", "--force", str(out)]
+    assert main(args) == 0
+    assert json.loads((out / MARKER_FILE).read_text())["kind"] == "mano_video"
+    assert not (out / "slots.jsonl").exists()  # replaced whole, not merged
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "thesis.tex").write_text("precious")
+    assert main(["synth", "--kind", "webxr", "--force", str(notes)]) == 2
+    assert "is not a capture folder (no ego_capture.json)" in _one_line_error(capsys)
+    assert (notes / "thesis.tex").read_text() == "precious"
+
+
+def test_convert_refuses_an_existing_output_unless_force_and_reads_a_raw_copy(
+    capture, tmp_path, capsys
+):
+    out = tmp_path / "traj"
+    assert main(["convert", str(capture), str(out)]) == 0
+    first = read_trajectory(out)
+    stamp = (out / "capture.json").stat().st_mtime_ns
+    assert main(["convert", str(capture), str(out)]) == 2
+    assert _one_line_error(capsys).endswith("exists; pass --force to replace it")
+    assert (out / "capture.json").stat().st_mtime_ns == stamp
+    assert main(["convert", "--force", str(capture), str(out)]) == 0
+    # a raw copy made by the platform converts to the same trajectory
+    storage = Storage(tmp_path / "data")
+    shutil.copytree(capture, tmp_path / "data" / "landing" / "cap-1")
+    ingest_raw(storage, "cap-1")
+    again = tmp_path / "from-raw"
+    assert main(["convert", str(tmp_path / "data" / "raw" / "cap-1"), str(again)]) == 0
+    assert read_trajectory(again).info == first.info
+    assert [len(s) for s in read_trajectory(again).streams] == [len(s) for s in first.streams]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["convert", "{tmp}/nope", "{tmp}/out"], "error: capture folder {tmp}/nope does not exist"),
+        (["inspect", "{tmp}/nope"], "error: folder {tmp}/nope does not exist"),
+        (["inspect", "{tmp}/file.txt"], "error: folder {tmp}/file.txt is not a folder"),
+        (
+            ["inspect", "{tmp}"],
+            "error: {tmp} is neither a trajectory folder (no capture.json) nor a capture "
+            "folder (no ego_capture.json)",
+        ),
+        (
+            ["synth", "--kind", "webxr", "{tmp}/file.txt/cap"],
+            "error: output {tmp}/file.txt/cap: {tmp}/file.txt is not a folder",
+        ),
+    ],
+)
+def test_missing_and_wrong_paths_are_one_line_errors(tmp_path, capsys, argv, expected):
+    (tmp_path / "file.txt").write_text("x")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert main(argv) == 2
+    assert _one_line_error(capsys) == expected.format(tmp=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
+
+
+def _table(out: str) -> list[list[str]]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("stream "))
+    return [line.split() for line in lines[start:]]
+
+
+def test_inspect_prints_a_header_row_with_units_for_trajectories_captures_and_raw_copies(
+    capture, tmp_path, capsys
+):
+    assert main(["convert", str(capture), str(tmp_path / "traj")]) == 0
+    trajectory = read_trajectory(tmp_path / "traj")
+    storage = Storage(tmp_path / "data")
+    shutil.copytree(capture, tmp_path / "data" / "landing" / "cap-1")
+    ingest_raw(storage, "cap-1")
+    capsys.readouterr()
+    tables = []
+    for folder in (tmp_path / "traj", capture, tmp_path / "data" / "raw" / "cap-1"):
+        assert main(["inspect", str(folder)]) == 0
+        out = capsys.readouterr().out
+        assert out.splitlines()[0].startswith("capture   cap-1  (")
+        tables.append(_table(out))
+    assert tables[0] == tables[1] == tables[2]
+    header, *rows = tables[0]
+    assert " ".join(header) == " ".join(INSPECT_COLUMNS)
+    by_name = {row[0]: row for row in rows}
+    assert set(by_name) == {s.name for s in trajectory.streams}
+    for stream in trajectory.streams:
+        _, kind, n_rows, rate, first, last, source = by_name[stream.name]
+        assert (kind, int(n_rows)) == (stream.kind, len(stream))
+        assert float(last) == pytest.approx(float(stream.time.max()), abs=5e-4)
+        assert float(first) == pytest.approx(float(stream.time.min()), abs=5e-4)
+        assert (
+            rate == f"{stream.attrs['nominal_rate_hz']:g}"
+            if "nominal_rate_hz" in stream.attrs
+            else "-"
+        )
+        assert source == stream.attrs.get("source_file", "-")
+    assert by_name["hand_left"][3] == "30" and by_name["hand_left"][6] == "slots.jsonl"
+
+
+def test_long_work_reports_progress_and_the_cli_draws_it_as_bars(tmp_path):
+    seen: list[tuple[str, int, int]] = []
+    with listening(lambda task, done, total: seen.append((task, done, total))):
+        assert main(["synth", "--kind", "webxr", "--seconds", "1", str(tmp_path / "c")]) == 0
+        assert main(["convert", str(tmp_path / "c"), str(tmp_path / "t")]) == 0
+    frames = 30  # 1 s of 30 fps video
+    assert [s for s in seen if s[0] == DRAW_TASK][-1] == (DRAW_TASK, frames, frames)
+    assert [s for s in seen if s[0] == ENCODE_TASK][-1] == (ENCODE_TASK, frames, frames)
+    hashed = [s for s in seen if "bytes" in s[0]]
+    total = sum(p.stat().st_size for p in (tmp_path / "c").rglob("*") if p.is_file())
+    assert hashed[-1][1:] == (total, total)
+    terminal = io.StringIO()
+    bars = _Bars(terminal, delay_s=0)
+    for task, done, total in seen:
+        bars(task, done, total)
+    bars.close()
+    text = terminal.getvalue()
+    for bar in (f"{DRAW_TASK}:", f"{ENCODE_TASK}:", "/30 ", "frames/s", "checking capture files:"):
+        assert bar in text
+    assert "B/s" in text  # bytes are counted in bytes

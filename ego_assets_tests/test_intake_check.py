@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ego_assets.capture import read_checked_capture
 from ego_assets.capture.files import MARKER_FILE, CaptureFiles
 from ego_assets.capture.manifest import (
     MANIFEST_FILE,
@@ -18,7 +19,7 @@ from ego_assets.capture.manifest import (
 )
 from ego_assets.cli import main
 from ego_assets.errors import CaptureFormatError
-from ego_assets.pipeline import convert_capture, ingest_raw, normalize
+from ego_assets.pipeline import ingest_raw, normalize
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.store import read_trajectory
@@ -127,7 +128,7 @@ def test_convert_and_raw_copy_agree_on_a_good_capture(synthetic, tmp_path):
     storage = Storage(tmp_path / "data")
     shutil.copytree(synthetic, tmp_path / "data" / "landing" / "xr")
     raw = ingest_raw(storage, "xr")
-    trajectory, manifest = convert_capture("xr", synthetic)
+    trajectory, manifest = read_checked_capture("xr", synthetic)
     assert manifest.content_sha256 == raw.data_version
     assert manifest == read_manifest(tmp_path / "data" / "raw" / "xr")
     normalize(storage, "xr")

@@ -6,6 +6,7 @@ import importlib
 from pathlib import Path
 
 from ego_assets.capture.files import CaptureFiles, read_marker
+from ego_assets.capture.manifest import RawManifest, check_capture
 from ego_assets.keys import validate_capture_key
 from ego_assets.trajectory.model import Trajectory
 
@@ -30,3 +31,19 @@ def read_capture(capture: str, folder: Path) -> Trajectory:
     reader = getattr(importlib.import_module(module_name), func)
     trajectory: Trajectory = reader(files, marker)
     return trajectory
+
+
+def read_checked_capture(capture: str, folder: Path) -> tuple[Trajectory, RawManifest]:
+    """`read_capture` after the intake check of ``raw_capture`` (`check_capture`).
+
+    What ``ego-assets convert`` and ``inspect`` run on a capture folder, so they accept
+    exactly what the platform ingests.
+
+    Returns:
+        The trajectory and the capture's manifest (files, sizes, content hash).
+
+    Raises:
+        CaptureFormatError: whatever `check_capture` or the reader refuses.
+    """
+    manifest = check_capture(CaptureFiles(validate_capture_key(capture), Path(folder)))
+    return read_capture(capture, folder), manifest

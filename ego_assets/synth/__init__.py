@@ -12,17 +12,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ego_assets.capture.manifest import write_marker
-from ego_assets.synth.faults import FAULTS, PLAUSIBILITY_FAULTS, make_plan
+from ego_assets.synth.faults import FAULT_MEANINGS, FAULTS, PLAUSIBILITY_FAULTS, make_plan
 from ego_assets.synth.holos import write_holos
 from ego_assets.synth.mano_video import write_mano_video
 from ego_assets.synth.motion import make_scene
 from ego_assets.synth.webxr import write_webxr
 
-__all__ = ["FAULTS", "KINDS", "MARKER_KINDS", "synthesize"]
+__all__ = ["FAULTS", "FAULT_MEANINGS", "KINDS", "KIND_MEANINGS", "MARKER_KINDS", "synthesize"]
 
 log = logging.getLogger(__name__)
 
 KINDS = ("holos-visionpro", "holos-iphone", "webxr", "mano-video")
+# One line per kind for `ego-assets synth --help` (docs/capture-formats.md has the layouts).
+KIND_MEANINGS = {
+    "holos-visionpro": "Apple Vision Pro: ARKit hands 90 Hz, head pose, stereo video, audio",
+    "holos-iphone": "iPhone: Vision hand landmarks 15 Hz, phone pose, IMU, back camera",
+    "webxr": "browser headset (Quest-like) journal: 25-joint hands 30 Hz, head, camera",
+    "mano-video": "head camera video with MANO hands estimated afterwards (30 fps)",
+}
 MARKER_KINDS = {
     "holos-visionpro": "holos",
     "holos-iphone": "holos",

@@ -39,6 +39,21 @@ PLAUSIBILITY_FAULTS = {
     "pinch_strength": ("webxr",),
     "teleport": ("webxr", "holos-iphone"),
 }
+# One line per fault for `ego-assets synth --help` (docs/capture-formats.md has the detail).
+FAULT_MEANINGS = {
+    "dropout": "each hand loses tracking for one 0.55-0.9 s stretch",
+    "jitter": "4 mm std noise on hand joint positions",
+    "duplicate_timestamps": "3 samples per stream repeat the previous timestamp",
+    "backwards_timestamps": "3 samples per stream are stamped half a period early",
+    "dropped_video_frames": "two runs of 1-3 frames missing from each video",
+    "retried_segment": "a segment (webxr) or procedure step (holos) is taken twice",
+    "hand_never_seen": "the left hand is never tracked nor drawn",
+    "quaternion_wxyz": "webxr joint rotations written w first",
+    "swapped_hands": "left and right hands written under each other's side",
+    "negative_radius": "webxr joint radii written negative",
+    "pinch_strength": "webxr pinch written as a 0-1 strength, not a distance in metres",
+    "teleport": "a wrist jumps 12 cm for 2 samples and comes back",
+}
 JITTER_STD_M = 0.004
 TELEPORT_M = 0.12  # the hand jumps this far for TELEPORT_SAMPLES samples, then comes back
 TELEPORT_SAMPLES = 2

@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from scipy.spatial.transform import Rotation
 
+from ego_assets.progress import report
 from ego_assets.trajectory.joints import bones
 
 BACKGROUND_RGB = (70, 80, 90)
@@ -26,6 +27,8 @@ JOINT_RGB = (245, 245, 245)
 WRIST_RADIUS_PX = 4
 JOINT_RADIUS_PX = 1
 _WEBXR_BONES = bones("webxr25")
+DRAW_TASK = "drawing video frames"
+ENCODE_TASK = "encoding video frames"
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ def render_frames(cam: Pinhole, hands: Sequence[tuple[str, np.ndarray]]) -> np.n
             if np.isfinite(px[i, 0]).all():
                 _disc(draw, px[i, 0], WRIST_RADIUS_PX, WRIST_RGB[side])
         frames[i] = np.asarray(img)
+        report(DRAW_TASK, i + 1, n)
     return frames
 
 
@@ -145,11 +149,12 @@ def encode_h264(
         stream.codec_context.thread_count = 1
         stream.codec_context.flags |= av.codec.context.Flags.bitexact
         stream.options = {"crf": "12", "preset": "veryfast", "threads": "1", "tune": "stillimage"}
-        for img, number in zip(frames, frame_numbers, strict=True):
+        for i, (img, number) in enumerate(zip(frames, frame_numbers, strict=True)):
             frame = av.VideoFrame.from_ndarray(img, format="rgb24")
             frame.pts = int(number)
             frame.time_base = Fraction(1, fps)
             out.mux(stream.encode(frame))
+            report(ENCODE_TASK, i + 1, len(frames))
         out.mux(stream.encode(None))
 
 

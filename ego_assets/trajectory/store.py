@@ -167,6 +167,21 @@ def atomic_directory(target: Path) -> Iterator[Path]:
         raise
 
 
+def stream_index_entry(stream: Stream) -> dict[str, Any]:
+    """The stream's entry in ``capture.json``: name, kind, file, rows, first and last
+    time (s since the capture start), dims and attrs."""
+    return {
+        "name": stream.name,
+        "kind": stream.kind,
+        "file": f"{STREAMS_DIR}/{stream_file_name(stream.name)}",
+        "rows": len(stream),
+        "t_first": float(stream.time.min()) if len(stream) else None,
+        "t_last": float(stream.time.max()) if len(stream) else None,
+        "dims": stream.dims(),
+        "attrs": dict(stream.attrs),
+    }
+
+
 def write_trajectory_files(trajectory: Trajectory, folder: Path) -> None:
     """Write ``trajectory`` into the existing, empty ``folder`` (not atomic on its own)."""
     folder = Path(folder)
@@ -182,18 +197,7 @@ def write_trajectory_files(trajectory: Trajectory, folder: Path) -> None:
             use_byte_stream_split=_float_columns(table.schema),
             **PARQUET_OPTIONS,
         )
-        index.append(
-            {
-                "name": stream.name,
-                "kind": stream.kind,
-                "file": f"{STREAMS_DIR}/{file_name}",
-                "rows": len(stream),
-                "t_first": float(stream.time.min()) if len(stream) else None,
-                "t_last": float(stream.time.max()) if len(stream) else None,
-                "dims": stream.dims(),
-                "attrs": dict(stream.attrs),
-            }
-        )
+        index.append(stream_index_entry(stream))
     header: dict[str, Any] = trajectory.header_to_dict()
     header["streams"] = index
     header["duration_s"] = trajectory.duration_s
