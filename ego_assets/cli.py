@@ -171,36 +171,37 @@ INSPECT_COLUMNS = ("stream", "kind", "rows", "rate (Hz)", "first (s)", "last (s)
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from ego_assets.capture.files import MARKER_FILE
     from ego_assets.formats.egosmith_reader import is_egosmith_path
     from ego_assets.trajectory.store import CAPTURE_JSON, read_header, stream_index_entry
 
-    if is_egosmith_path(Path(args.path)):
-        from ego_assets.formats.egosmith_reader import format_report, validate_path
+    target = Path(args.path)
+    capture = _capture_folder(target) if target.is_dir() else target
+    if not (target / CAPTURE_JSON).is_file() and not (capture / MARKER_FILE).is_file():
+        if is_egosmith_path(target):
+            from ego_assets.formats.egosmith_reader import format_report, validate_path
 
-        report = validate_path(Path(args.path))
-        print(format_report(report))
-        return 0 if report.ok else 1
-    path = _existing_folder(Path(args.path), "folder")
-    if (path / CAPTURE_JSON).is_file():
-        header, index = read_header(path)
+            report = validate_path(target)
+            print(format_report(report))
+            return 0 if report.ok else 1
+        path = _existing_folder(target, "folder")
+        raise UsageError(
+            f"{path} is neither a trajectory folder (no {CAPTURE_JSON}) nor a capture "
+            f"folder (no {MARKER_FILE})"
+        )
+    if (target / CAPTURE_JSON).is_file():
+        header, index = read_header(target)
         info, what = header.info, "trajectory folder"
     else:
         from ego_assets.capture import read_checked_capture
-        from ego_assets.capture.files import MARKER_FILE
 
-        capture = _capture_folder(path)
-        if not (capture / MARKER_FILE).exists():
-            raise UsageError(
-                f"{path} is neither a trajectory folder (no {CAPTURE_JSON}) nor a capture "
-                f"folder (no {MARKER_FILE})"
-            )
         with _progress(args):
-            trajectory, manifest = read_checked_capture(_key(args, path), capture)
+            trajectory, manifest = read_checked_capture(_key(args, target), capture)
         info = trajectory.info
         index = [stream_index_entry(s) for s in sorted(trajectory.streams, key=lambda s: s.name)]
         what = (
-            f"{'raw copy' if capture != path else 'capture folder'}, read without converting: "
-            f"{len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, "
+            f"{'raw copy' if capture != target else 'capture folder'}, read without "
+            f"converting: {len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, "
             f"content sha256 {manifest.content_sha256[:12]}"
         )
     print(f"capture   {info.capture_id}  ({what})")
