@@ -368,4 +368,5 @@ def test_camera_pose_and_pinhole_per_frame(built: dict[str, Built], kind: str) -
     np.testing.assert_allclose(k, [[fx, 0, cx], [0, fy, cy], [0, 0, 1]], rtol=1e-6)
     expected_axes = {"opencv": "RDF", "arkit": "RUB"}[str(frames.attrs["camera_axes"])]
     axes = getattr(rr.components.ViewCoordinates, expected_axes).as_arrow_array()[0].as_py()
-    assert b.static[(path, "Pinhole:camera_xyz")] == [axes]
+    assert b.columns[(path, "Pinhole:camera_xyz")].values[row] == [axes]
+    assert b.columns[(path, "Pinhole:resolution")].values[row] == [[media.width, media.height]]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,8 +87,13 @@ def recording_for_key(storage: Storage, key: str, out: Path) -> Located:
 
 
 def rerun_command(*args: str) -> list[str]:
-    """The ``rerun`` command line of the installed rerun-sdk."""
-    return [sys.executable, "-m", "rerun", *args]
+    """The command line of the ``rerun`` binary shipped in the rerun-sdk wheel.
+
+    The binary itself, not ``python -m rerun`` (a wrapper that would outlive a terminate).
+    """
+    import rerun_cli
+
+    return [str(Path(rerun_cli.__file__).parent / "rerun"), *args]
 
 
 def open_native(path: Path) -> subprocess.Popen[bytes]:

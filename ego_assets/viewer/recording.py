@@ -460,16 +460,25 @@ class _Builder:
             mats = np.zeros((int(ok.sum()), 3, 3))
             mats[:, 0, 0], mats[:, 1, 1] = k[ok, 0], k[ok, 1]
             mats[:, 0, 2], mats[:, 1, 2], mats[:, 2, 2] = k[ok, 2], k[ok, 3], 1.0
-            self.static(
-                path,
-                rr.Pinhole.from_fields(resolution=[media.width, media.height], camera_xyz=axes),
-            )
-            self.send(
-                path,
-                frames.time[ok],
-                [mat3x3_column(rr.Pinhole.descriptor_image_from_camera(), mats)],
-                count=False,
-            )
+            # every Pinhole component on the same rows: a static part beside temporal
+            # intrinsics leaves the camera without a transform in the viewer (0.41)
+            n = len(mats)
+            item = pa.field("item", pa.float32(), nullable=False)
+            resolution = np.tile(np.array([media.width, media.height], np.float32), n)
+            xyz = np.tile(np.asarray(axes.as_arrow_array()[0].as_py(), np.uint8), n)
+            u8 = pa.field("item", pa.uint8(), nullable=False)
+            columns = [
+                mat3x3_column(rr.Pinhole.descriptor_image_from_camera(), mats),
+                rr.ComponentColumn(
+                    rr.Pinhole.descriptor_resolution(),
+                    _Arrow(pa.FixedSizeListArray.from_arrays(resolution, type=pa.list_(item, 2))),
+                ),
+                rr.ComponentColumn(
+                    rr.Pinhole.descriptor_camera_xyz(),
+                    _Arrow(pa.FixedSizeListArray.from_arrays(xyz, type=pa.list_(u8, 3))),
+                ),
+            ]
+            self.send(path, frames.time[ok], columns, count=False)
         else:
             cal = _calibration_for(self.t, media)
             if cal is not None:
