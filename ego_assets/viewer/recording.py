@@ -71,7 +71,7 @@ CAMERA_AXES: dict[str, rr.components.ViewCoordinates] = {
 DEFAULT_AXES = "opencv"
 
 
-class _Arrow:
+class ArrowBatch:
     """A prebuilt Arrow array as a Rerun component batch."""
 
     def __init__(self, array: pa.Array) -> None:
@@ -86,7 +86,7 @@ def mat3x3_column(descriptor: rr.ComponentDescriptor, mats: np.ndarray) -> rr.Co
     flat = np.ascontiguousarray(np.asarray(mats, np.float32).transpose(0, 2, 1)).ravel()
     item = pa.field("item", pa.float32(), nullable=False)
     values = pa.FixedSizeListArray.from_arrays(pa.array(flat), type=pa.list_(item, 9))
-    return rr.ComponentColumn(descriptor, _Arrow(values))
+    return rr.ComponentColumn(descriptor, ArrowBatch(values))
 
 
 @dataclass
@@ -307,7 +307,7 @@ class _Builder:
         strips = skeleton_strips(positions, tracked, joint_set)
         self.static(path, rr.LineStrips3D.from_fields(colors=[colour], radii=[STRIP_RADIUS_M]))
         column = rr.ComponentColumn(
-            rr.LineStrips3D.descriptor_strips(), _Arrow(strips.strips), offsets=strips.offsets
+            rr.LineStrips3D.descriptor_strips(), ArrowBatch(strips.strips), offsets=strips.offsets
         )
         self.send(path, stream.time, [column])
 
@@ -471,11 +471,13 @@ class _Builder:
                 mat3x3_column(rr.Pinhole.descriptor_image_from_camera(), mats),
                 rr.ComponentColumn(
                     rr.Pinhole.descriptor_resolution(),
-                    _Arrow(pa.FixedSizeListArray.from_arrays(resolution, type=pa.list_(item, 2))),
+                    ArrowBatch(
+                        pa.FixedSizeListArray.from_arrays(resolution, type=pa.list_(item, 2))
+                    ),
                 ),
                 rr.ComponentColumn(
                     rr.Pinhole.descriptor_camera_xyz(),
-                    _Arrow(pa.FixedSizeListArray.from_arrays(xyz, type=pa.list_(u8, 3))),
+                    ArrowBatch(pa.FixedSizeListArray.from_arrays(xyz, type=pa.list_(u8, 3))),
                 ),
             ]
             self.send(path, frames.time[ok], columns, count=False)
