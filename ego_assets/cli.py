@@ -8,6 +8,7 @@ Commands:
     waive    let one capture through one blocking quality metric (or --revoke it)
     view     write an episode's Rerun recording and open it (native or web viewer)
     validate check an exported file against its format and print every deviation
+    catalog  print the dataset catalog's composition and export coverage (or run --sql)
 """
 
 from __future__ import annotations
@@ -350,6 +351,12 @@ def _progress_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _catalog(args: argparse.Namespace) -> int:
+    from ego_assets.catalog.cli import run_catalog
+
+    return run_catalog(args.data, endpoint_url=args.endpoint_url, sql=args.sql, build=args.build)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ego_assets.synth import KINDS
 
@@ -443,6 +450,21 @@ def build_parser() -> argparse.ArgumentParser:
         "path", help="an exported file (FILE.h5, SHARD.tar), EgoSmith folder or CERES shard/dataset"
     )
     validate.set_defaults(func=_validate)
+
+    catalog = sub.add_parser("catalog", help="print the dataset catalog (docs/catalog.md)")
+    catalog.add_argument(
+        "--data",
+        default=os.environ.get("EGO_DATA_DIR", "data"),
+        help="data root: a folder or s3://bucket/prefix",
+    )
+    catalog.add_argument(
+        "--endpoint-url",
+        default=os.environ.get("EGO_S3_ENDPOINT_URL"),
+        help="S3 API endpoint for an s3:// data root (EGO_S3_ENDPOINT_URL)",
+    )
+    catalog.add_argument("--sql", help="run this query on the catalog and print the result")
+    catalog.add_argument("--build", action="store_true", help="stage rows and dbt build first")
+    catalog.set_defaults(func=_catalog)
     for command in sub.choices.values():
         command.formatter_class = _HelpFormatter
     return parser

@@ -8,6 +8,7 @@ import dagster as dg
 
 from ego_assets.defs.aggregates import AGGREGATES
 from ego_assets.defs.automation import stale_code_sensor, with_stale_code_automation
+from ego_assets.defs.catalog import CATALOG_RESOURCES, catalog_assets
 from ego_assets.defs.ceres import CERES_ASSETS
 from ego_assets.defs.egosmith import EGOSMITH_ASSETS
 from ego_assets.defs.episodes import apply_run_worker_env
@@ -33,6 +34,7 @@ ASSETS = [
     *EGOSMITH_ASSETS,
     *CERES_ASSETS,
 ]
+ASSETS += catalog_assets(ASSETS)  # the dataset catalog reads every asset above
 
 # read by Dagster in whichever process executes a run (see RUN_WORKER_ENV)
 apply_run_worker_env(os.environ)
@@ -49,7 +51,7 @@ def build_defs(
         jobs=[capture_job, aggregates_job],
         schedules=[nightly_aggregates],
         sensors=[build_landing_sensor(sensor_interval), stale_code_sensor],
-        resources={"storage": storage},
+        resources={"storage": storage, **CATALOG_RESOURCES},
         executor=executor,
     )
 

@@ -5,7 +5,9 @@ import json
 from pathlib import Path
 
 from ego_assets.capture.manifest import CAPTURE_DIR, read_manifest
+from ego_assets.catalog.warehouse import catalog_database, query
 from ego_assets.defs.demo import ARIA_SAMPLE_KEY, DEMO_CAPTURES, run_demo
+from ego_assets.storage import Storage
 from ego_assets.trajectory.store import read_header
 from ego_assets.viewer.recording import RECORDING_FILE
 from ego_assets_tests.test_viewer import read_back
@@ -39,6 +41,13 @@ def test_demo_trajectories_list_no_platform_file_as_a_capture_file(tmp_path, mon
     raw_manifest = read_manifest(data / "raw" / ARIA_SAMPLE_KEY)
     assert lineage["raw_content_sha256"] == raw_manifest.content_sha256
     assert "demo-webxr-faulty" in out.getvalue()
+    # the demo built the dataset catalog once and printed its tables
+    assert "export coverage" in out.getvalue()
+    with catalog_database(Storage(data), write=False) as database:
+        counts = query(database, "select count(*) n from episodes").to_pylist()
+        formats = query(database, "select format from export_coverage order by 1").to_pylist()
+    assert counts == [{"n": len(keys)}]
+    assert [r["format"] for r in formats] == ["ceres_episode", "egosmith_shards", "holos_hdf5"]
     # the quality step's recording found the video in the raw copy's capture folder
     columns, _ = read_back(data / "quality" / "demo-webxr" / RECORDING_FILE)
     assert ("/world/cameras/camera_outward", "VideoFrameReference:timestamp") in columns

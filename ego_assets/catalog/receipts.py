@@ -21,14 +21,15 @@ field                  meaning
                        (`folder_digest`, the rule of the raw manifest's content id)
 ``code_version``       the exporter's code version when it wrote the artefact
 ``input_data_version`` the data version of what it exported: the episode's quality gate
-                       ``data_version`` (quality code + trajectory + raw content)
+                       ``data_version`` (quality code + trajectory + waivers)
 ``exported_at``        UTC time of writing, ISO 8601 (the one time field)
 =====================  ==============================================================
 
 Whether an export is *current* or *stale* is not stored: it depends on the present, and
 the catalog decides it (``dbt/models``): a receipt is current while its
 ``code_version`` equals the exporter's code version now and its ``input_data_version``
-equals the episode's gate ``data_version`` now; otherwise it is stale.
+equals the episode's gate ``data_version`` now; otherwise it is stale (a new trajectory,
+quality code or waiver since the export: re-running the exporter refreshes it).
 
 The write is atomic (`Storage.write_file`: temp file + rename locally, one PUT on S3),
 so the catalog never reads half a receipt. No Dagster here: exporters call it from the
@@ -54,6 +55,12 @@ RECEIPTS_DIR = "receipts"
 RECEIPT_VERSION = 1
 # The exporter assets, by name; the catalog has a (possibly empty) model row for each.
 EXPORT_FORMATS = ("holos_hdf5", "ceres_episode", "egosmith_shards")
+# Each format's name in the export policy (ego_assets/quality/policy.toml).
+POLICY_EXPORTS = {
+    "holos_hdf5": "robomimic",
+    "ceres_episode": "lerobot",
+    "egosmith_shards": "webdataset",
+}
 
 # The receipt as a catalog row (`ExportReceipt.to_row`), in field order.
 RECEIPT_SCHEMA = pa.schema(

@@ -53,7 +53,7 @@ def with_stale_code_automation(
     """
     out = []
     for asset in assets:
-        if asset.key == raw_capture.key or asset.partitions_def is None:
+        if raw_capture.key in asset.keys or asset.partitions_def is None:
             out.append(asset)
             continue
         out.append(

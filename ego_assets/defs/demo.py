@@ -9,9 +9,10 @@
    exactly as the sensor daemon tags its runs (``dagster/run_key``,
    ``dagster/sensor_name``). The daemon skips a run key that already has a run of its
    sensor, so ``make dev`` afterwards re-runs none of the demo's captures: one path.
-3. Refreshes the aggregates (``aggregates_job``: quality catalog, packed EgoSmith
-   dataset) when anything ran.
-4. Prints a summary table, the quality table and the EgoSmith exports of every capture.
+3. Refreshes the aggregates (``aggregates_job``: quality catalog, packed datasets, the
+   dataset catalog's dbt models) when anything ran or the catalog was never built.
+4. Prints a summary table, the quality table, the exports of every capture and the
+   dataset catalog's composition and export coverage (`ego-assets catalog`).
 
 A second run finds every run key done and only prints the tables.
 """
@@ -30,7 +31,9 @@ from dagster._core.instance.ref import InstanceRef
 from tqdm import tqdm
 
 from ego_assets.capture.manifest import write_marker
+from ego_assets.catalog.cli import run_catalog
 from ego_assets.catalog.receipts import EXPORT_FORMATS, read_receipt
+from ego_assets.catalog.warehouse import published_location
 from ego_assets.ceres_export import dataset_location as ceres_dataset_location
 from ego_assets.definitions import build_defs
 from ego_assets.defs.egosmith import egosmith_rows
@@ -178,11 +181,10 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
             error = _run_error(run)
             if error:
                 failures[key] = error
-        if requests:
-            defs.resolve_job_def("aggregates_job").execute_in_process(
-                run_config=QUIET_RUN_CONFIG, instance=instance, raise_on_error=False
-            )
         keys = instance.get_dynamic_partitions(CAPTURES_PARTITIONS_NAME)
+        catalog_error = ""
+        if requests or not published_location(Storage(data_dir)).exists():
+            catalog_error = refresh_aggregates(defs, instance)
     if not requests:
         print("landing zone: nothing new; outputs unchanged", file=out)
     print_summary(store, keys, failures, out)
@@ -190,7 +192,20 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     print_exports(store, keys, out)
     _print_table(egosmith_rows(store, keys), out)
     print_datasets(store, out)
-    return 1 if failures else 0
+    print(file=out)
+    if catalog_error:
+        print(f"dataset catalog: FAILED {catalog_error}", file=out)
+    run_catalog(data_dir, out=out)
+    return 1 if failures or catalog_error else 0
+
+
+def refresh_aggregates(defs: dg.Definitions, instance: dg.DagsterInstance) -> str:
+    """Run the aggregates job (quality catalog, packed datasets, catalog staging, dbt
+    models and their tests as checks); its first step error, "" when it succeeded."""
+    run = defs.resolve_job_def("aggregates_job").execute_in_process(
+        run_config=QUIET_RUN_CONFIG, instance=instance, raise_on_error=False
+    )
+    return _run_error(run) or ("" if run.success else "aggregates_job failed")
 
 
 def _run_error(run: dg.ExecuteInProcessResult) -> str:

@@ -1,0 +1,17 @@
+{#- Hours and episodes per task, source kind, device, demonstrator and split. A full
+    aggregate of `episodes` (one scan; see docs/catalog.md for its cost at 1M episodes). -#}
+select
+  coalesce(task, '(none)') as task,
+  source_kind,
+  coalesce(device, '(none)') as device,
+  coalesce(demonstrator, '(none)') as demonstrator,
+  coalesce(split, '(none)') as split,
+  count(*) as episodes,
+  coalesce(sum(duration_s), 0) / 3600.0 as hours,
+  count_if(usable) as usable_episodes,
+  coalesce(sum(duration_s) filter (where usable), 0) / 3600.0 as usable_hours,
+  count_if(gate = 'blocked') as blocked_episodes,
+  count_if(waived) as waived_episodes,
+  count_if(quality_status = 'fail') as fail_episodes
+from {{ ref('episodes') }}
+group by all

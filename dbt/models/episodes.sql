@@ -1,0 +1,98 @@
+{{
+  config(
+    materialized='incremental',
+    unique_key='capture_key',
+    incremental_strategy='delete+insert',
+    post_hook="delete from {{ this }} where capture_key not in (select capture_key from {{ source('platform', 'raw_manifests') }})",
+  )
+}}
+{#- One row per capture with a raw copy. Incremental: only captures whose staged rows
+    changed since the last build are recomputed; removed captures are deleted. -#}
+with manifests as (
+  select * from {{ source('platform', 'raw_manifests') }} {{ only_changed() }}
+),
+headers as (
+  select * from {{ source('platform', 'trajectory_headers') }} {{ only_changed() }}
+),
+quality as (
+  select * from {{ source('platform', 'quality_rows') }} {{ only_changed() }}
+),
+gates as (
+  select * from {{ source('platform', 'quality_gates') }} {{ only_changed() }}
+),
+formats as (
+  select * from {{ source('platform', 'export_formats') }}
+)
+{%- for fmt in var('export_formats') %},
+receipts_{{ fmt }} as (
+  select * from {{ source('platform', 'export_receipts_' ~ fmt) }} {{ only_changed() }}
+)
+{%- endfor %}
+
+select
+  m.capture_key,
+  coalesce(h.source_kind, m.raw_kind) as source_kind,
+  m.raw_kind,
+  h.device,
+  h.task,
+  h.demonstrator,
+  h.split,
+  h.dataset_name,
+  coalesce(h.duration_s, q.duration_s) as duration_s,
+  h.n_streams,
+  h.stream_names,
+  h.started_at,
+  h.trajectory_data_version,
+  m.landed_at,
+  cast(m.landed_at as date) as landing_day,
+  m.raw_files,
+  m.raw_bytes,
+  m.content_sha256,
+  coalesce(q.status, 'pending') as quality_status,
+  nullif(q.worst_metric, '') as worst_metric,
+  q.n_fail,
+  q.n_warn,
+  q.n_pass,
+  q.n_retries,
+  q.max_longest_gap_s,
+  q.max_missing_sample_ratio,
+  q.left_tracking_loss_ratio,
+  q.right_tracking_loss_ratio,
+  greatest(q.left_jitter_mps3, q.right_jitter_mps3) as jitter_mps3_max,
+  q.report_version,
+  q.thresholds_version,
+  case when g.capture_key is null then 'pending'
+       when g.gate_passed then 'allowed'
+       else 'blocked' end as gate,
+  g.gate_data_version,
+  g.policy_version,
+  g.blocking_reasons,
+  g.gx_errors,
+  g.gx_warnings,
+  coalesce(g.waived, false) as waived,
+  g.waivers,
+  coalesce(g.gate_passed, false) as usable
+{%- for fmt in var('export_formats') %},
+  case
+    when list_contains(g.blocked_formats, '{{ fmt }}') then 'blocked'
+    when r_{{ fmt }}.capture_key is null then 'missing'
+    when r_{{ fmt }}.input_data_version = g.gate_data_version
+         and (f_{{ fmt }}.current_code_version is null
+              or r_{{ fmt }}.code_version = f_{{ fmt }}.current_code_version) then 'exported'
+    else 'stale'
+  end as {{ fmt }}_state,
+  r_{{ fmt }}.path as {{ fmt }}_path,
+  r_{{ fmt }}.bytes as {{ fmt }}_bytes,
+  r_{{ fmt }}.sha256 as {{ fmt }}_sha256,
+  r_{{ fmt }}.code_version as {{ fmt }}_code_version,
+  r_{{ fmt }}.exported_at as {{ fmt }}_exported_at
+{%- endfor %},
+  {{ current_batch() }} as _batch
+from manifests m
+left join headers h using (capture_key)
+left join quality q using (capture_key)
+left join gates g using (capture_key)
+{%- for fmt in var('export_formats') %}
+left join receipts_{{ fmt }} r_{{ fmt }} using (capture_key)
+left join formats f_{{ fmt }} on f_{{ fmt }}.format = '{{ fmt }}'
+{%- endfor %}

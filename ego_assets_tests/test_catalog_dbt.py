@@ -1,0 +1,222 @@
+"""The dataset catalog: staging the platform's rows and the dbt models over them.
+
+One module-scoped data root holds two real 2 s synthetic captures carried through the
+pipeline (raw copy, trajectory, quality gate): a clean WebXR capture and a faulty one
+whose gate blocks its exports. Receipts are written with the receipts helper the
+exporters call.
+"""
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ego_assets import pipeline
+from ego_assets.catalog.cli import run_catalog
+from ego_assets.catalog.receipts import (
+    read_receipt,
+    receipt_location,
+    record_export,
+)
+from ego_assets.catalog.sources import stage_rows
+from ego_assets.catalog.warehouse import catalog_database, query, run_dbt
+from ego_assets.storage import Storage
+from ego_assets.synth import synthesize
+
+CLEAN, FAULTY = "cat-clean", "cat-faulty"
+
+
+@pytest.fixture(scope="module")
+def pipeline_root(tmp_path_factory) -> Path:
+    """A data root with two captures through raw, trajectory and quality."""
+    root = tmp_path_factory.mktemp("catalog-root")
+    storage = Storage(root)
+    for key, seed, faults in ((CLEAN, 1, ()), (FAULTY, 2, ("hand_never_seen",))):
+        synthesize(
+            "webxr", root / "landing" / key, seconds=2, seed=seed, faults=faults, capture_id=key
+        )
+        pipeline.ingest_raw(storage, key)
+        pipeline.normalize(storage, key)
+        pipeline.assess_quality(storage, key)
+    return root
+
+
+@pytest.fixture
+def root(pipeline_root, tmp_path) -> Path:
+    copy = tmp_path / "data"
+    shutil.copytree(pipeline_root, copy)
+    return copy
+
+
+def _export(storage: Storage, key: str, fmt: str, code_version: str, payload: bytes) -> None:
+    target = storage.export_path(fmt, key)
+    local = Path(target.path)
+    local.mkdir(parents=True, exist_ok=True)
+    (local / "episode.bin").write_bytes(payload)
+    gate = pipeline.stored_gate(storage, key)
+    assert gate is not None
+    record_export(
+        storage,
+        export_format=fmt,
+        capture_key=key,
+        location=target,
+        local=local,
+        code_version=code_version,
+        input_data_version=gate.data_version,
+    )
+
+
+def _rows(database: Path, sql: str) -> list[dict]:
+    return query(database, sql).to_pylist()
+
+
+def test_catalog_builds_and_refreshes_incrementally(root):
+    storage = Storage(root)
+    _export(storage, CLEAN, "holos_hdf5", "holos-1", b"h" * 100)
+    versions = {"holos_hdf5": "holos-1"}
+    with catalog_database(storage, write=True) as db:
+        first = stage_rows(storage, db, versions)
+        assert first.batch == 1
+        assert first.changed["raw_manifests"] == 2
+        assert first.changed["export_receipts_holos_hdf5"] == 1
+        assert first.changed["export_receipts_ceres_episode"] == 0
+        run_dbt(["build", "--quiet"], db)
+
+        episodes = {r["capture_key"]: r for r in _rows(db, "select * from episodes")}
+        assert sorted(episodes) == [CLEAN, FAULTY]
+        clean, faulty = episodes[CLEAN], episodes[FAULTY]
+        assert clean["source_kind"] == "webxr"
+        assert clean["duration_s"] == pytest.approx(2.0, abs=0.1)
+        assert (clean["gate"], faulty["gate"]) == ("allowed", "blocked")
+        assert faulty["quality_status"] == "fail"
+        assert faulty["worst_metric"] == "hand:left/tracking_loss_ratio"
+        assert clean["holos_hdf5_state"] == "exported"
+        assert clean["holos_hdf5_bytes"] == 100
+        assert clean["holos_hdf5_path"] == f"exports/holos_hdf5/{CLEAN}"
+        assert clean["ceres_episode_state"] == "missing"
+        assert faulty["holos_hdf5_state"] == "blocked"
+        assert clean["landing_day"] == dt.datetime.now(dt.UTC).date()
+
+        coverage = {r["format"]: r for r in _rows(db, "select * from export_coverage")}
+        assert sorted(coverage) == ["ceres_episode", "egosmith_shards", "holos_hdf5"]
+        holos = coverage["holos_hdf5"]
+        assert (holos["exported"], holos["blocked"], holos["stale"], holos["missing"]) == (
+            1,
+            1,
+            0,
+            0,
+        )
+        assert holos["blocked_keys"] == [FAULTY]
+        assert coverage["egosmith_shards"]["missing_keys"] == [CLEAN]
+        assert coverage["egosmith_shards"]["current_code_version"] is None
+
+        (composition,) = _rows(db, "select * from dataset_composition")
+        assert composition["episodes"] == 2
+        assert composition["usable_episodes"] == 1
+        total_s = clean["duration_s"] + faulty["duration_s"]
+        assert composition["hours"] == pytest.approx(total_s / 3600)
+
+        (trend,) = _rows(db, "select * from quality_trends")
+        assert (trend["episodes"], trend["fail_episodes"], trend["blocked_episodes"]) == (2, 1, 1)
+        # one episode each; ties go to the alphabetically first metric
+        assert clean["worst_metric"] == "episode/duration_s"  # 2 s: shorter than 5 s
+        assert (trend["top_worst_metric"], trend["top_worst_metric_episodes"]) == (
+            "episode/duration_s",
+            1,
+        )
+
+        # Nothing changed: no batch, nothing rebuilt.
+        assert stage_rows(storage, db, versions).batch is None
+
+        # A new exporter code version makes the receipt stale (every key is rebuilt);
+        # a re-export with it makes it current again.
+        assert stage_rows(storage, db, {"holos_hdf5": "holos-2"}).formats_changed == 1
+        run_dbt(["run", "--quiet"], db)
+        clean_sql = (
+            "select holos_hdf5_state s, holos_hdf5_bytes b from episodes "
+            f"where capture_key = '{CLEAN}'"
+        )
+        assert _rows(db, clean_sql) == [{"s": "stale", "b": 100}]
+        _export(storage, CLEAN, "holos_hdf5", "holos-2", b"h" * 120)
+        third = stage_rows(storage, db, {"holos_hdf5": "holos-2"})
+        assert third.total_changed == 1
+        run_dbt(["run", "--quiet"], db)
+        rebuilt = _rows(db, "select capture_key, _batch from episodes")
+        # Only the re-exported capture was rebuilt by the incremental run.
+        assert {r["capture_key"]: r["_batch"] for r in rebuilt} == {
+            CLEAN: third.batch,
+            FAULTY: third.batch - 1,
+        }
+        assert _rows(db, clean_sql) == [{"s": "exported", "b": 120}]
+
+        # A removed receipt: the export is missing again.
+        receipt_location(storage, "holos_hdf5", CLEAN).unlink()
+        assert stage_rows(storage, db, None).removed["export_receipts_holos_hdf5"] == 1
+        run_dbt(["build", "--quiet"], db)
+        assert _rows(db, "select missing from export_coverage where format = 'holos_hdf5'") == [
+            {"missing": 1}
+        ]
+
+
+def test_catalog_on_s3_and_the_cli(root, s3_server, s3_bucket, capsys):
+    local = Storage(root)
+    _export(local, CLEAN, "ceres_episode", "ceres-1", b"c" * 10)
+    url = s3_bucket + "/ego"
+    for stage in ("raw", "trajectory", "quality", "receipts"):
+        s3_server.upload_dir(root / stage, f"{url}/{stage}", last=None)
+    code = run_catalog(url, endpoint_url=s3_server.endpoint_url, build=True)
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "export coverage" in printed
+    assert "catalog/warehouse/catalog.duckdb" in s3_server.keys(url)
+    storage = Storage(url, storage_options=s3_server.storage_options)
+    assert read_receipt(storage, "ceres_episode", CLEAN) is not None
+    code = run_catalog(
+        url,
+        endpoint_url=s3_server.endpoint_url,
+        sql="select capture_key, ceres_episode_state from episodes order by capture_key",
+    )
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == [CLEAN, "exported"]
+    assert lines[2].split() == [FAULTY, "blocked"]
+
+
+def test_cli_without_a_catalog(tmp_path, capsys):
+    assert run_catalog(tmp_path) == 1
+    assert "no catalog" in capsys.readouterr().out
+
+
+def test_dagster_builds_the_models_with_tests_as_checks(root):
+    import dagster as dg
+
+    from ego_assets.definitions import build_defs
+    from ego_assets.defs.resources import StorageResource
+    from ego_assets.defs.schedules import aggregates_job
+
+    defs = build_defs(StorageResource(root=str(root)))
+    graph = defs.resolve_asset_graph()
+    sources = dg.AssetKey(["platform", "raw_manifests"])
+    assert {"raw_capture"} == {k.to_user_string() for k in graph.get(sources).parent_keys}
+    models = ["episodes", "export_coverage", "dataset_composition", "quality_trends"]
+    for name in models:
+        assert sources in graph.get(dg.AssetKey(name)).parent_keys or name != "episodes"
+    checks = {c.name for c in graph.get(dg.AssetKey("episodes")).check_keys}
+    assert {"unique_episodes_capture_key", "not_null_episodes_holos_hdf5_state"} <= checks
+    job = defs.resolve_job_def(aggregates_job.name)
+    catalog = {sources, *(dg.AssetKey(n) for n in models)}
+    assert catalog <= set(job.asset_layer.selected_asset_keys)
+
+    staged = [k for k in graph.get_all_asset_keys() if k.path[0] == "platform"]
+    result = job.execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(), asset_selection=[*catalog, *staged]
+    )
+    assert result.success
+    materialized = {e.asset_key for e in result.get_asset_materialization_events()}
+    assert catalog <= materialized
+    evaluations = result.get_asset_check_evaluations()
+    assert len(evaluations) >= 20
+    assert all(e.passed for e in evaluations)
+    with catalog_database(Storage(root), write=False) as db:
+        assert _rows(db, "select count(*) n from episodes") == [{"n": 2}]
