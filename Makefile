@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # The local instance that `make demo` writes and `make dev` shows (tests use their own).
 LOCAL_DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install system-deps lerobot-env test lint demo dev bench clean
+.PHONY: install system-deps lerobot-env robomimic-venv test lint demo dev bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,15 +15,29 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# robomimic 0.3.0 (PyPI) for the Holos HDF5 reader test only, in its own virtualenv: its
+# torch pins fight the platform's. CPU torch + robomimic without its training stack.
+ROBOMIMIC_VENV := .venv-robomimic
+ROBOMIMIC_STAMP := $(ROBOMIMIC_VENV)/.installed-stamp
+$(ROBOMIMIC_STAMP):
+	test -x $(ROBOMIMIC_VENV)/bin/python || $(PYTHON) -m venv $(ROBOMIMIC_VENV)
+	$(ROBOMIMIC_VENV)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt \
+		"torch==2.13.0+cpu" numpy h5py six tqdm termcolor psutil
+	$(ROBOMIMIC_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps robomimic==0.3.0
+	touch $(ROBOMIMIC_STAMP)
+
+robomimic-venv: $(ROBOMIMIC_STAMP)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy ego_assets
 
 # Debian packages the tests need (headless Chromium + its WebDriver for the browser UI
-# test, FFmpeg's libraries for lerobot's torchcodec decoder); a no-op
+# test, FFmpeg's libraries for lerobot's torchcodec decoder, h5dump for the HDF5 reader
+# test); a no-op
 # when already installed, apt-get only when one is missing (CI runs as root).
-SYSTEM_PACKAGES := chromium chromium-driver ffmpeg
+SYSTEM_PACKAGES := chromium chromium-driver ffmpeg hdf5-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do \
@@ -47,7 +61,7 @@ $(LEROBOT_STAMP): $(LEROBOT_REQUIREMENTS)
 
 lerobot-env: $(LEROBOT_STAMP)
 
-test: lint system-deps lerobot-env
+test: lint system-deps lerobot-env robomimic-venv
 	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
 	EGO_LEROBOT_PYTHON=$(CURDIR)/$(LEROBOT_VENV)/bin/python HF_HUB_OFFLINE=1 $(BIN)/pytest -n 2 -q
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ego_assets.defs.episodes import apply_run_worker_env
+from ego_assets_tests.holos_files import holos_captures, holos_exports  # noqa: F401
 
 # Every test process runs Dagster with the code location's event switches, whichever
 # test happens to import `ego_assets.definitions` first.

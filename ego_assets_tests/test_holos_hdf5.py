@@ -9,63 +9,27 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
-from ego_assets.capture import read_capture
-from ego_assets.capture.manifest import write_marker
-from ego_assets.defs.demo import aria_fixture_dir
 from ego_assets.formats.holos_hdf5 import (
     ARKIT_OMITTED,
     CONVENTIONS,
     read_opaque,
     write_file,
-    write_holos_hdf5,
 )
 from ego_assets.formats.holos_hdf5_validate import validate_file
-from ego_assets.synth import synthesize
 from ego_assets.trajectory.joints import ARKIT27
 from ego_assets.trajectory.model import CaptureInfo, Trajectory
 from ego_assets.trajectory.streams import make_stream
-
-SYNTH_KINDS = ("holos-visionpro", "holos-iphone", "webxr", "mano-video")
-KINDS = (*SYNTH_KINDS, "aria-mps")
-HISTORY = "2026-01-01T00:00:00Z"
-
-
-@pytest.fixture(scope="module")
-def captures(tmp_path_factory) -> dict[str, tuple[Path, Trajectory]]:
-    """kind -> (raw capture folder, trajectory) for every source kind."""
-    root = tmp_path_factory.mktemp("holos_captures")
-    out = {}
-    for seed, kind in enumerate(SYNTH_KINDS):
-        folder = synthesize(kind, root / kind, seconds=2, seed=seed, capture_id=f"cap-{kind}")
-        out[kind] = (folder, read_capture(f"cap-{kind}", folder))
-    aria = root / "aria-mps"
-    shutil.copytree(aria_fixture_dir(), aria)
-    write_marker(aria, "aria_mps")
-    out["aria-mps"] = (aria, read_capture("cap-aria", aria))
-    return out
-
-
-@pytest.fixture(scope="module")
-def exports(captures, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
-    """kind -> (exported .h5, export notes as JSON)."""
-    root = tmp_path_factory.mktemp("holos_exports")
-    out = {}
-    for kind, (folder, trajectory) in captures.items():
-        path = root / f"{kind}.h5"
-        notes = write_holos_hdf5(trajectory, folder, path, history_time=HISTORY)
-        out[kind] = (path, json.loads(notes.to_json()))
-    return out
+from ego_assets_tests.holos_files import HISTORY, KINDS
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_source_kind_exports_a_conforming_file(exports, kind):
-    path, notes = exports[kind]
+def test_every_source_kind_exports_a_conforming_file(holos_exports, kind):
+    path, notes = holos_exports[kind]
     assert validate_file(path) == []
     assert notes["samples"] > 0
     with h5py.File(path) as f:
@@ -81,10 +45,10 @@ def test_every_source_kind_exports_a_conforming_file(exports, kind):
     assert all(set(s) == {"item", "reason"} for s in notes["skipped"])
 
 
-def test_vision_pro_h5py_reading_recipe(exports, captures):
+def test_vision_pro_h5py_reading_recipe(holos_exports, holos_captures):
     """The format's h5py recipe: joint lookup by name and procedure steps as slices."""
-    path, _ = exports["holos-visionpro"]
-    _, trajectory = captures["holos-visionpro"]
+    path, _ = holos_exports["holos-visionpro"]
+    _, trajectory = holos_captures["holos-visionpro"]
     right = trajectory.stream("hand_right_world")
     with h5py.File(path) as f:
         assert f.attrs["title"]
@@ -113,10 +77,10 @@ def test_vision_pro_h5py_reading_recipe(exports, captures):
         assert t[end - 1] < step.t_end and (end == len(t) or t[end] >= step.t_end)
 
 
-def test_xarray_reads_obs_and_raw_groups_with_their_scales(exports, captures):
+def test_xarray_reads_obs_and_raw_groups_with_their_scales(holos_exports, holos_captures):
     xr = pytest.importorskip("xarray")
-    path, _ = exports["holos-visionpro"]
-    _, trajectory = captures["holos-visionpro"]
+    path, _ = holos_exports["holos-visionpro"]
+    _, trajectory = holos_captures["holos-visionpro"]
     obs = xr.open_dataset(path, group="data/demo_0/obs", engine="h5netcdf")
     sel = obs["hand_right_joints_world"].sel(joint="forearmWrist", pose_component=["x", "y", "z"])
     assert sel.dims == ("time", "pose_component") and sel.shape[1] == 3
@@ -139,9 +103,9 @@ def test_xarray_reads_obs_and_raw_groups_with_their_scales(exports, captures):
     assert not any("phony_dim" in d for node in tree.subtree for d in node.dims), names
 
 
-def test_media_comes_back_byte_for_byte_with_its_mime_tag(exports, captures):
-    path, _ = exports["holos-visionpro"]
-    folder, trajectory = captures["holos-visionpro"]
+def test_media_comes_back_byte_for_byte_with_its_mime_tag(holos_exports, holos_captures):
+    path, _ = holos_exports["holos-visionpro"]
+    folder, trajectory = holos_captures["holos-visionpro"]
     with h5py.File(path) as f:
         ds = f["media/camera_left"]
         assert ds.id.get_type().get_tag() == b"video/quicktime"
@@ -175,8 +139,8 @@ def test_media_comes_back_byte_for_byte_with_its_mime_tag(exports, captures):
         assert [v["output"].decode() for v in vlm] == [v.output for v in trajectory.annotations.vlm]
 
 
-def test_iphone_actions_are_position_deltas_of_the_wrist_landmark(exports):
-    path, _ = exports["holos-iphone"]
+def test_iphone_actions_are_position_deltas_of_the_wrist_landmark(holos_exports):
+    path, _ = holos_exports["holos-iphone"]
     with h5py.File(path) as f:
         demo = f["data/demo_0"]
         actions = demo["actions"][...]
@@ -197,25 +161,26 @@ def test_iphone_actions_are_position_deltas_of_the_wrist_landmark(exports):
     assert "hand_right_wrist.z" in states and "hand_right_wrist.qw" not in states
 
 
-def test_other_sources_write_what_they_have_and_list_the_rest(exports):
-    webxr_path, webxr_notes = exports["webxr"]
+def test_other_sources_write_what_they_have_and_list_the_rest(holos_exports):
+    webxr_path, webxr_notes = holos_exports["webxr"]
     with h5py.File(webxr_path) as f:
         assert [j.decode() for j in f["joint"][:2]] == ["wrist", "thumb-metacarpal"]
         assert f["data/demo_0/obs/hand_right_joints_world"].shape[1:] == (25, 7)
         assert "holos/raw/pinch" in f and "holos/raw/recorder_slots" in f
     skipped = {s["item"] for s in webxr_notes["skipped"]}
     assert {"obs/hand_left_joints_local", "obs/imu_accel", "holos/transcript"} <= skipped
-    mano_path, mano_notes = exports["mano-video"]
+    mano_path, mano_notes = holos_exports["mano-video"]
     with h5py.File(mano_path) as f:
         assert f["landmark"].attrs["joint_set"] == "mano21"
         assert f["data/demo_0/actions"].shape[1] == 3
         assert "holos/raw/mano_right/betas" in f
         assert f["media/video"].id.get_type().get_tag() == b"video/mp4"
     assert "obs/device_pose" in {s["item"] for s in mano_notes["skipped"]}
-    aria_path, _ = exports["aria-mps"]
+    aria_path, _ = holos_exports["aria-mps"]
     with h5py.File(aria_path) as f:
         assert f.attrs["clock"] == "device"
-        assert f["data/demo_0/time"].attrs["units"] == "s"
+        assert f["data/demo_0/time"].attrs["units"].startswith("seconds since 1970-01-01T")
+        assert "device clock" in f["data/demo_0/time"].attrs["comment"]
         assert f["landmark"].attrs["joint_set"] == "aria21"
         assert f["data/demo_0/obs/hand_right_landmarks_3d"].attrs["frame"] == "device"
 
@@ -281,8 +246,8 @@ def test_zero_order_hold_nan_rules_and_the_wrist_delta(tmp_path):
     np.testing.assert_array_equal(actions[-1], identity)
 
 
-def test_same_inputs_same_bytes_except_history(captures, tmp_path):
-    folder, trajectory = captures["holos-iphone"]
+def test_same_inputs_same_bytes_except_history(holos_captures, tmp_path):
+    folder, trajectory = holos_captures["holos-iphone"]
     a, b = tmp_path / "a.h5", tmp_path / "b.h5"
     write_file(trajectory, folder, a, history_time="2026-01-01T00:00:00Z")
     write_file(trajectory, folder, b, history_time="2027-12-31T23:59:59Z")
@@ -293,9 +258,9 @@ def test_same_inputs_same_bytes_except_history(captures, tmp_path):
     )
 
 
-def test_decode_frames_adds_image_frames_and_frame_indices(captures, tmp_path):
+def test_decode_frames_adds_image_frames_and_frame_indices(holos_captures, tmp_path):
     av = pytest.importorskip("av")
-    folder, trajectory = captures["holos-iphone"]
+    folder, trajectory = holos_captures["holos-iphone"]
     path = tmp_path / "frames.h5"
     write_file(trajectory, folder, path, decode_frames=True, history_time=HISTORY)
     assert validate_file(path) == []
@@ -316,8 +281,8 @@ def test_decode_frames_adds_image_frames_and_frame_indices(captures, tmp_path):
     np.testing.assert_array_equal(np.abs(frames_stream.timestamp_ns[index] - ts), nearest)
 
 
-def test_extra_files_are_embedded_verbatim(captures, tmp_path):
-    folder, trajectory = captures["webxr"]
+def test_extra_files_are_embedded_verbatim(holos_captures, tmp_path):
+    folder, trajectory = holos_captures["webxr"]
     extra = tmp_path / "raw"
     shutil.copytree(folder, extra)
     (extra / "notes").mkdir()
@@ -339,9 +304,9 @@ def test_extra_files_are_embedded_verbatim(captures, tmp_path):
     assert tag == "application/octet-stream" and data == bytes(range(256)) * 9
 
 
-def test_validator_names_deviations(exports, tmp_path):
+def test_validator_names_deviations(holos_exports, tmp_path):
     path = tmp_path / "broken.h5"
-    shutil.copy(exports["holos-visionpro"][0], path)
+    shutil.copy(holos_exports["holos-visionpro"][0], path)
     with h5py.File(path, "a") as f:
         f.attrs["Conventions"] = "CF-1.8"
         del f["data/demo_0/actions"].attrs["derivation"]

@@ -74,6 +74,12 @@ MEDIA_READ_BYTES = 8 << 20
 FILL = np.nan
 PURE_DIM = "This is a netCDF dimension but not a netCDF variable."
 SIDES = ("left", "right")
+DEVICE_CLOCK_COMMENT = (
+    "device clock with no known epoch: dates are the device clock read as Unix time, "
+    "not wall-clock time; differences are exact"
+)
+# model units UDUNITS does not know -> (CF units, comment saying what they are)
+NON_UDUNITS = {"px": ("1", "pixels")}
 
 RESAMPLING = (
     "zero-order hold onto master_clock: every sample carries the newest value of each other "
@@ -164,8 +170,9 @@ def _u8(values: np.ndarray) -> np.ndarray:
 class _Writer:
     """Dataset, scale and attribute helpers over one open file (deterministic layout)."""
 
-    def __init__(self, f: h5py.File) -> None:
+    def __init__(self, f: h5py.File, device_clock: bool = False) -> None:
         self.f = f
+        self.device_clock = device_clock
 
     def group(self, path: str) -> h5py.Group:
         if path in self.f:
@@ -194,9 +201,10 @@ class _Writer:
         ds.attrs["long_name"] = "time since the capture start"
         ds.attrs["standard_name"] = "time"
         ds.attrs["axis"] = "T"
-        if units.startswith("seconds since"):
-            ds.attrs["calendar"] = "proleptic_gregorian"
-            ds.attrs["units_metadata"] = "leap_seconds: none"
+        ds.attrs["calendar"] = "proleptic_gregorian"
+        ds.attrs["units_metadata"] = "leap_seconds: none"
+        if self.device_clock:
+            ds.attrs["comment"] = DEVICE_CLOCK_COMMENT
         return ds
 
     def _create(
@@ -444,14 +452,16 @@ def _capture_start(trajectory: Trajectory) -> str:
     info = trajectory.info
     if info.clock == "epoch":
         return iso_utc(info.start_ns)
-    return f"device clock {info.start_ns} ns (no epoch)"
+    return f"{iso_utc(info.start_ns)} (device clock read as Unix time, no epoch)"
 
 
 def time_units(trajectory: Trajectory) -> str:
-    """CF units of every ``time``: seconds since the capture start (``s`` on device clocks)."""
-    if trajectory.info.clock == "epoch":
-        return f"seconds since {iso_utc(trajectory.info.start_ns)}"
-    return "s"
+    """CF units of every ``time``: seconds since the capture start, ISO-8601 UTC.
+
+    A device clock without an epoch (Project Aria MPS) is read as if it were Unix time;
+    the root ``clock`` attribute and each ``time``'s ``comment`` say so.
+    """
+    return f"seconds since {iso_utc(trajectory.info.start_ns)}"
 
 
 def _root_attrs(f: h5py.File, trajectory: Trajectory, history_time: str) -> None:
@@ -461,7 +471,7 @@ def _root_attrs(f: h5py.File, trajectory: Trajectory, history_time: str) -> None
         "Conventions": CONVENTIONS,
         "holos_convention_version": CONVENTION_VERSION,
         "title": info.title or f"capture {info.capture_id}",
-        "institution": info.institution,
+        "institution": info.institution or "unknown (the capture does not say)",
         "source": f"{source} ({info.source_kind}, {info.source_version})",
         "history": f"{history_time} written by ego_assets {EXPORTER_VERSION}",
         "references": REFERENCES,
@@ -775,6 +785,32 @@ class _Demo:
             comment="positions in metres, quaternions xyzw unitless; NaN where not tracked",
         )
 
+    def next_obs(self) -> None:
+        """``next_obs/<key>``: each obs key shifted by one sample, as a virtual dataset.
+
+        robomimic reads ``next_obs`` by default (``load_next_obs=True``). The mapping
+        points into this file (source file ``.``), so it costs no copy and survives a
+        rename; the last row repeats the last sample.
+        """
+        group = self.w.group(f"{DEMO}/next_obs")
+        for key in self.notes.obs:
+            src = self.obs[key]
+            n = src.shape[0]
+            layout = h5py.VirtualLayout(src.shape, src.dtype, filename=self.w.f.filename)
+            layout.dcpl.set_obj_track_times(False)  # no timestamp: same input, same bytes
+            if n:
+                source = h5py.VirtualSource(src)
+                layout[: n - 1] = source[1:n]
+                layout[n - 1] = source[n - 1]
+            fill = FILL if src.dtype.kind == "f" else 0
+            ds = group.create_virtual_dataset(key, layout, fillvalue=fill)
+            for axis in range(src.ndim):
+                ds.dims[axis].attach_scale(src.dims[axis][0])
+            for name in ("units", "long_name", "_FillValue", "frame"):
+                if name in src.attrs:
+                    ds.attrs[name] = src.attrs[name]
+            ds.attrs["comment"] = f"obs/{key} one sample later (virtual; last row repeated)"
+
     def frame_index(self, camera: str, frames: Stream) -> None:
         values = nearest_index(frames.timestamp_ns, self.ns)
         self.obs_data(
@@ -1017,6 +1053,11 @@ class _Raw:
             if spec.dtype == "str":
                 ds = self.w.strings(group, spec.name, values.tolist(), dims)
                 ds.attrs["long_name"] = spec.description
+            elif spec.unit in NON_UDUNITS:
+                units, comment = NON_UDUNITS[spec.unit]
+                self.w.data(
+                    group, spec.name, values, dims, units, spec.description, comment=comment
+                )
             else:
                 self.w.data(group, spec.name, values, dims, spec.unit, spec.description)
 
@@ -1269,7 +1310,7 @@ def write_file(
     history_time = history_time or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     tracks = sort_tracks(trajectory)
     with h5py.File(out, "w", track_order=False) as f:
-        w = _Writer(f)
+        w = _Writer(f, device_clock=trajectory.info.clock == "device")
         _root_attrs(f, trajectory, history_time)
         scales = _root_scales(w, tracks)
         demo = _Demo(w, trajectory, tracks, scales, notes)
@@ -1283,6 +1324,7 @@ def write_file(
         _media(w, trajectory, raw_dir, notes)
         if decode_frames:
             _decode_frames(w, trajectory, raw_dir, placed, demo, notes)
+        demo.next_obs()
     return notes
 
 

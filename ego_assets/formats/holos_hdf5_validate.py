@@ -230,14 +230,10 @@ class _Checker:
         if time.dtype != np.float64 or not _is_scale(time):
             self.bad(time.name, "must be a float64 dimension scale")
         units = _text(time.attrs.get("units", ""))
-        clock = _text(self.f.attrs.get("clock", "epoch"))
-        if clock == "epoch":
-            if not TIME_UNITS.fullmatch(units):
-                self.bad(time.name, f"units {units!r} are not 'seconds since <ISO-8601 UTC>'")
-            if _text(time.attrs.get("calendar", "")) != "proleptic_gregorian":
-                self.bad(time.name, "calendar must be proleptic_gregorian")
-        elif units != "s":
-            self.bad(time.name, f"device-clock capture: units must be 's', are {units!r}")
+        if not TIME_UNITS.fullmatch(units):
+            self.bad(time.name, f"units {units!r} are not 'seconds since <ISO-8601 UTC>'")
+        if _text(time.attrs.get("calendar", "")) != "proleptic_gregorian":
+            self.bad(time.name, "calendar must be proleptic_gregorian")
 
     def obs(self, obs: h5py.Group, time: h5py.Dataset) -> None:
         n = time.shape[0]
