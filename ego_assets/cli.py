@@ -42,6 +42,9 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 class _Bars:
     """Progress bars (tqdm) for `ego_assets.progress` reports: one bar per task run.
 
+    Units are bytes for a task named ``... (bytes)`` (``capture.manifest.HASH_TASK``),
+    else video frames (the synthetic video tasks).
+
     Args:
         stream: where the bars go (the terminal's stderr).
         delay_s: a bar appears only once its task has run this long.
