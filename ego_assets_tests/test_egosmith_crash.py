@@ -101,6 +101,7 @@ def test_killed_episode_export_leaves_nothing_finished(store, point, count):
     assert finished_episodes(store) == []
     result = export_episode(store, KEY, 7, OPTIONS)
     assert not result.reused and result.figures["status"] == "written"
+    assert sorted(p.name for p in episodes.iterdir()) == [KEY]  # leftovers removed
     report = validate_path(Path(episode_path(store, KEY).path))
     assert report.ok, report.errors
     assert report.samples == 60
@@ -130,8 +131,11 @@ def test_killed_packing_leaves_no_dataset(store):
     _kill_during(store, "pack", "sample", 30)
     target = Path(dataset_path(store).path)
     assert not target.exists() and not (target / "manifest.json").exists()
+    leftovers = [p for p in target.parent.iterdir() if p.name.startswith(".")]
+    assert leftovers  # the killed run's staging folder
     result = pack_dataset(store, OPTIONS)
     assert not result.reused and result.manifest["samples"] == 60
+    assert not any(p.exists() for p in leftovers)
     report = validate_path(target)
     assert report.ok, report.errors
     assert os.listdir(target).count("manifest.json") == 1
