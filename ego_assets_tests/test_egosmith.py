@@ -32,7 +32,7 @@ from ego_assets.formats.egosmith_export import (
     stored_episode,
 )
 from ego_assets.formats.egosmith_loader import split_shards, window_dataset
-from ego_assets.formats.egosmith_reader import iter_shard, validate_path
+from ego_assets.formats.egosmith_reader import is_egosmith_path, iter_shard, validate_path
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions, parse_key
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
@@ -388,3 +388,10 @@ def test_export_and_packing_on_s3(s3_server, s3_bucket, tmp_path):
         assert report.ok and report.samples == 30, report.errors
     receipt = s3_server.keys(f"{s3_bucket}/receipts/egosmith_shards")
     assert receipt == ["xr.json"]
+
+
+def test_only_egosmith_folders_are_taken_for_egosmith(store):
+    assert is_egosmith_path(_folder(store, "xr"))
+    assert is_egosmith_path(Path(_shards(store, "xr")[0]))
+    assert not is_egosmith_path(Path(store.stage_path("raw", "xr").path))  # its manifest.json
+    assert not is_egosmith_path(Path(store.stage_path("trajectory", "xr").path))

@@ -24,7 +24,7 @@ import numpy as np
 import simplejpeg
 
 from ego_assets.formats import egosmith_constants as C
-from ego_assets.formats.egosmith_webdataset import EPISODE_FILE, MANIFEST_FILE, parse_key
+from ego_assets.formats.egosmith_webdataset import EPISODE_FILE, FORMAT, MANIFEST_FILE, parse_key
 
 MAX_ERRORS = 50
 
@@ -256,11 +256,15 @@ def is_egosmith_path(path: Path) -> bool:
     path = Path(path)
     if path.is_file():
         return path.suffix == ".tar"
-    return path.is_dir() and (
-        (path / EPISODE_FILE).exists()
-        or (path / MANIFEST_FILE).exists()
-        or any(path.glob("shard-*.tar"))
-    )
+    if not path.is_dir():
+        return False
+    for index in (EPISODE_FILE, MANIFEST_FILE):  # other formats have a manifest.json too
+        if (path / index).is_file():
+            try:
+                return json.loads((path / index).read_text()).get("format") == FORMAT
+            except (ValueError, AttributeError):
+                return False
+    return any(path.glob("shard-*.tar"))
 
 
 def validate_path(path: Path) -> Report:
