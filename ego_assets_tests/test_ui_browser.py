@@ -1,12 +1,18 @@
 """The Dagster UI in a real browser: headless Debian Chromium driven by selenium.
 
-One capture is materialized in-process into a local SQLite instance; dagster-webserver
-serves that instance on loopback. The asset graph must show every asset, and the quality
-report partition page must show the capture's quality verdict and duration.
+Two captures are materialized in-process into a local SQLite instance, a clean one and
+one whose left hand is never seen (blocked by the export policy), then the quality
+catalog; dagster-webserver serves that instance on loopback. Checked in the browser, by
+what the pages show: every asset on the graph; the quality report partition page's
+verdict and rounded, unit-labelled figures; the blocked capture marked failed in the
+export gate check's partition view, with the reason; the timeline PNG shown in the
+metadata, read back from the page, with its legend text.
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +20,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from PIL import Image
 
 from ego_assets.definitions import ASSETS
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
@@ -26,6 +33,7 @@ log = logging.getLogger(__name__)
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 CAPTURE_KEY = "ui-webxr-0001"
+BLOCKED_KEY = "ui-webxr-lost"
 ASSET_NAMES = ("raw_capture", "trajectory", "quality_report")
 WAIT_S = 60
 
@@ -43,15 +51,25 @@ def served(tmp_path: Path) -> Iterator[Served]:
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     synthesize("webxr", data / "landing" / CAPTURE_KEY, seconds=2.0, seed=7, capture_id=CAPTURE_KEY)
+    synthesize(
+        "webxr",
+        data / "landing" / BLOCKED_KEY,
+        seconds=2.0,
+        seed=8,
+        faults=["hand_never_seen", "backwards_timestamps"],
+        capture_id=BLOCKED_KEY,
+    )
+    resources = {"storage": StorageResource(root=str(data))}
+    per_capture = [a for a in ASSETS if a.partitions_def is not None]
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, [CAPTURE_KEY])
-        result = dg.materialize(
-            ASSETS,
-            partition_key=CAPTURE_KEY,
-            resources={"storage": StorageResource(root=str(data))},
-            instance=instance,
-        )
-        assert result.success
+        instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, [BLOCKED_KEY, CAPTURE_KEY])
+        for key in (BLOCKED_KEY, CAPTURE_KEY):
+            result = dg.materialize(
+                per_capture, partition_key=key, resources=resources, instance=instance
+            )
+            assert result.success  # a blocked export is no failed run
+        catalog = [a for a in ASSETS if a.partitions_def is None]
+        assert dg.materialize(catalog, resources=resources, instance=instance).success
     port = free_port()
     env = {"DAGSTER_HOME": str(home), "EGO_DATA_DIR": str(data)}
     web = start("dagster-webserver", webserver_args(port), env, tmp_path)
@@ -174,6 +192,12 @@ def _hide_navigation(driver) -> None:
             _click(driver, found[0])
 
 
+def _metadata_values(page: str) -> dict[str, str]:
+    """Metadata renders as a label line then a value line."""
+    lines = page.splitlines()
+    return {lines[i]: lines[i + 1] for i in range(len(lines) - 1)}
+
+
 def test_asset_graph_and_partition_quality_page_show_assets_and_figures(
     served: Served, browser, tmp_path: Path
 ) -> None:
@@ -183,20 +207,70 @@ def test_asset_graph_and_partition_quality_page_show_assets_and_figures(
     _expand_asset_groups(browser)
     _hide_navigation(browser)
     graph = _wait_for_text(browser, *ASSET_NAMES)
-    assert "1 partition" in graph
-    assert "1 / 1 Passed" in graph  # quality_report's GX check on the graph node
+    assert "2 partitions" in graph
     browser.save_screenshot(str(tmp_path / "asset_graph.png"))
 
     browser.get(f"{served.url}/assets/quality_report?view=partitions&partition={CAPTURE_KEY}")
-    page = _wait_for_text(browser, "Latest materialization", "duration_s", "worst_metric")
+    page = _wait_for_text(browser, "Latest materialization", "duration (s)", "worst_metric")
     _dismiss_community_dialog(browser)
     browser.save_screenshot(str(tmp_path / "quality_report_partition.png"))
-    lines = page.splitlines()
-    # Metadata renders as label line then value line.
-    values = {lines[i]: lines[i + 1] for i in range(len(lines) - 1)}
-    assert CAPTURE_KEY in lines
+    values = _metadata_values(page)
+    assert CAPTURE_KEY in page.splitlines()
+    assert values["gate"] == "quality: warn — export: allowed"
     assert values["status"] == "warn"
     assert values["worst_metric"] == "episode/duration_s"
-    assert float(values["duration (s)"]) == pytest.approx(1.967, abs=1e-9)
+    assert values["duration (s)"] == "1.967"  # rounded to 4 significant digits
     assert values["report"] == str(served.data / "quality" / CAPTURE_KEY / "quality.json")
     log.info("screenshots in %s", tmp_path)
+
+
+def test_a_blocked_partition_reads_as_blocked_in_the_export_gate_partition_view(
+    served: Served, browser, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{served.url}/assets/quality_report?view=checks&checkDetail=export_gate")
+    _wait_for_text(browser, "export_gate", "Latest execution")
+    _dismiss_community_dialog(browser)
+    tab = browser.find_elements(By.XPATH, "//button[normalize-space()='Partitions']")
+    _click(browser, tab[-1])
+    listing = _wait_for_text(browser, "Failed (1)", "Passed (1)", BLOCKED_KEY, CAPTURE_KEY)
+    assert "2 Partitions Selected" in listing
+    # the key shows twice: in the partition selector, then in the status list
+    entry = browser.find_elements(By.XPATH, f"//span[normalize-space()='{BLOCKED_KEY}']")[-1]
+    _click(browser, entry)
+    detail = _wait_for_text(browser, "Description", "quality: fail — export: blocked (")
+    browser.save_screenshot(str(tmp_path / "export_gate_partitions.png"))
+    lines = detail.splitlines()
+    label = lines[lines.index(BLOCKED_KEY, lines.index("Passed (1)") + 3) + 1]
+    assert label == "Failed"  # the blocked partition's label in the check's partition view
+    assert "export blocked" in lines  # check metadata: label and value on one line
+    description = _metadata_values(detail)["Description"]
+    assert description.startswith("quality: fail — export: blocked (stream:")
+    assert "backwards_timestamps = " in description
+    assert "Traceback" not in detail and "DagsterAssetCheckFailedError" not in detail
+
+
+def test_the_timeline_is_shown_with_its_legend(served: Served, browser, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{served.url}/assets/quality_report?view=partitions&partition={BLOCKED_KEY}")
+    _wait_for_text(browser, "Latest materialization", "timeline")
+    _dismiss_community_dialog(browser)
+    show = browser.find_elements(By.XPATH, "//a[normalize-space()='[Show Markdown]']")
+    _click(browser, show[0])  # the timeline is the first metadata entry
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    image = WebDriverWait(browser, WAIT_S).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "img[src^='data:image/png;base64,']"),
+        message="the timeline image never showed",
+    )[0]
+    browser.save_screenshot(str(tmp_path / "timeline_shown.png"))
+    assert image.size["width"] > 300
+    png = base64.b64decode(image.get_attribute("src").split(",", 1)[1])
+    (tmp_path / "timeline.png").write_bytes(png)
+    decoded = Image.open(io.BytesIO(png))
+    legend = decoded.text["legend"].split("; ")
+    for text in ("tracked", "not tracked", "gap", "backwards timestamp", "duplicate timestamp"):
+        assert text in legend
+    assert decoded.text["Title"].startswith(f"{BLOCKED_KEY}  webxr")

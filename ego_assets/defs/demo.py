@@ -235,9 +235,15 @@ def print_quality(storage: Storage, keys: Sequence[str], out: TextIO) -> None:
             rows.append((key, "no quality report"))
             continue
         rows.append((key, gate.summary()))
-        for finding in gate.waived:
-            reason = finding.waiver_reason
-            rows.append(("", f"  waived {finding.metric} by {finding.waived_by}: {reason}"))
+        for waiver in gate.waivers:
+            covered = sum(1 for f in gate.waived if waiver.covers(f.name, f.metric))
+            rows.append(
+                (
+                    "",
+                    f"  waived {waiver.metric} ({covered} finding(s)) by {waiver.by} "
+                    f"on {waiver.at}: {waiver.reason}",
+                )
+            )
     print(file=out)
     _print_table(rows, out)
 
