@@ -112,8 +112,16 @@ def _expected(view: Path) -> tuple[dict[str, np.ndarray], list[tuple[int, int]],
     return rows, bounds, tasks
 
 
-@pytest.mark.parametrize("name", ["merged", "webxr", "mano"])
-def test_lerobot_sees_every_frame_and_episode(loaded, name):
+def test_real_lerobot_reads_the_merged_dataset_and_single_shards(loaded):
+    """One test (one lerobot process): under pytest-xdist a module fixture would run once
+    per worker that gets one of several tests."""
+    for name in ("merged", "webxr", "mano"):
+        _check_frames_and_episodes(loaded, name)
+        _check_images(loaded, name)
+    _check_stats(loaded)
+
+
+def _check_frames_and_episodes(loaded, name: str) -> None:
     views, _, _, result, _ = loaded
     info = json.loads((views[name] / "meta/info.json").read_text())
     rows, bounds, tasks = _expected(views[name])
@@ -137,8 +145,7 @@ def test_lerobot_sees_every_frame_and_episode(loaded, name):
         assert last["camera_is_pad"] == [False, False]
 
 
-@pytest.mark.parametrize("name", ["merged", "webxr", "mano"])
-def test_lerobot_frames_match_the_source_frames(loaded, name):
+def _check_images(loaded, name: str) -> None:
     views, _, sources, result, frames = loaded
     rows = data_rows(views[name])
     merge = views[name] / "ceres/merge.json"
@@ -157,7 +164,7 @@ def test_lerobot_frames_match_the_source_frames(loaded, name):
             assert np.abs(image - want).mean() / 255 < 0.02, (name, i)
 
 
-def test_lerobot_has_stats_with_quantiles_for_every_feature(loaded):
+def _check_stats(loaded) -> None:
     views, _, _, result, _ = loaded
     for name in views:
         stats = result[name]["stats"]
