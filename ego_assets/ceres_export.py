@@ -20,6 +20,7 @@ folders that do.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from upath import UPath
 from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
 from ego_assets.formats.ceres_lerobot import CODE_VERSION, FORMAT_NAME, shard_name, write_shard
-from ego_assets.formats.ceres_merge import merge_shards
+from ego_assets.formats.ceres_merge import MERGE_FILE, MERGE_VERSION, merge_shards
 from ego_assets.pipeline import LINEAGE_FILE, StepResult, stored_gate
 from ego_assets.storage import Storage
 from ego_assets.trajectory.store import read_trajectory
@@ -131,6 +132,7 @@ class CurrentShard:
     key: str
     episode_index: int
     location: UPath
+    data_version: str
 
 
 def current_shards(storage: Storage) -> list[CurrentShard]:
@@ -148,7 +150,8 @@ def current_shards(storage: Storage) -> list[CurrentShard]:
         if lineage is None or gate is None or not gate.allows(POLICY_EXPORT):
             continue
         location = export_root(storage, key) / lineage["shard"]
-        out.append(CurrentShard(key, int(lineage["episode_index"]), location))
+        index = int(lineage["episode_index"])
+        out.append(CurrentShard(key, index, location, str(lineage["data_version"])))
     return sorted(out, key=lambda s: s.episode_index)
 
 
@@ -161,6 +164,7 @@ class MergeSummary:
     frames: int
     tasks: int
     excluded: dict[str, str]
+    reused: bool
 
 
 def dataset_location(storage: Storage) -> UPath:
@@ -173,12 +177,28 @@ def merge_dataset(storage: Storage) -> MergeSummary:
 
     On S3 the shards are downloaded first and ``meta/info.json`` is uploaded last. With
     no current shard nothing is written (a LeRobot dataset needs an episode) and the
-    summary counts 0 episodes.
+    summary counts 0 episodes. The stored dataset is reused when its ``ceres/merge.json``
+    names the same merge version and the same shards (key, index, shard data version).
     """
     shards = current_shards(storage)
     target = dataset_location(storage)
     if not shards:
-        return MergeSummary(str(target), 0, 0, 0, {})
+        return MergeSummary(str(target), 0, 0, 0, {}, False)
+    inputs = [f"{s.key}={s.episode_index}:{s.data_version}" for s in shards]
+    version = hashlib.sha256("\n".join([MERGE_VERSION, *inputs]).encode()).hexdigest()
+    merge_file = target / MERGE_FILE
+    if (target / "meta/info.json").exists() and merge_file.exists():
+        stored = json.loads(merge_file.read_text())
+        if stored.get("data_version") == version:
+            info = json.loads((target / "meta/info.json").read_text())
+            return MergeSummary(
+                str(target),
+                info["total_episodes"],
+                info["total_frames"],
+                info["total_tasks"],
+                stored["excluded"],
+                True,
+            )
     with ExitStack() as stack:
         folders = [
             Path(shard.location.path)
@@ -187,5 +207,7 @@ def merge_dataset(storage: Storage) -> MergeSummary:
             for shard in shards
         ]
         with storage.write_to(target, index_file="meta/info.json") as stage:
-            result = merge_shards(folders, stage)
-    return MergeSummary(str(target), result.episodes, result.frames, result.tasks, result.excluded)
+            result = merge_shards(folders, stage, data_version=version)
+    return MergeSummary(
+        str(target), result.episodes, result.frames, result.tasks, result.excluded, False
+    )

@@ -103,7 +103,9 @@ def test_blocked_capture_gets_no_shard(exported):
 def test_merged_dataset_has_every_shard_in_index_order(exported):
     storage, _ = exported
     summary = ceres_export.merge_dataset(storage)
-    assert (summary.episodes, summary.tasks) == (3, 2)
+    assert (summary.episodes, summary.tasks, summary.reused) == (3, 2, False)
+    again = ceres_export.merge_dataset(storage)
+    assert again.reused and (again.episodes, again.frames) == (3, summary.frames)
     out = Path(summary.uri)
     info = json.loads((out / "meta/info.json").read_text())
     shards = {

@@ -22,10 +22,10 @@ from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.episode_index import EpisodeIndexRegistry
 from ego_assets.formats.ceres_lerobot import CODE_VERSION
+from ego_assets.formats.ceres_merge import MERGE_VERSION
 
 # Decodes/encodes one camera stream and holds one episode's rows (410 floats per frame).
 CERES_TAGS = k8s_resources("1", "3Gi")
-MERGE_VERSION = f"{CODE_VERSION}-merge-1"
 
 
 @dg.asset(
@@ -75,6 +75,7 @@ def ceres_dataset(storage: StorageResource) -> dg.MaterializeResult:
             "frames": summary.frames,
             "tasks": summary.tasks,
             "excluded": dg.MetadataValue.json(summary.excluded),
+            "reused": summary.reused,
         }
     )
 

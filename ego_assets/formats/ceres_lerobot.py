@@ -212,7 +212,8 @@ def data_table(columns: Mapping[str, np.ndarray]) -> pa.Table:
 def write_data(table: pa.Table, path: Path, row_groups: list[int] | None = None) -> None:
     """Write a data parquet with one row group per episode (``row_groups`` = lengths)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with pq.ParquetWriter(path, table.schema, compression="snappy") as writer:
+    # no dictionaries: sensor floats rarely repeat (dictionary pages only cost time here)
+    with pq.ParquetWriter(path, table.schema, compression="snappy", use_dictionary=False) as writer:
         offset = 0
         for length in row_groups or [table.num_rows]:
             writer.write_table(table.slice(offset, length), row_group_size=max(length, 1))
@@ -295,9 +296,11 @@ def write_receipt(folder: Path) -> dict[str, Any]:
     return receipt
 
 
-def write_json(path: Path, doc: Any) -> None:
+def write_json(path: Path, doc: Any, *, compact: bool = False) -> None:
+    """JSON file; ``compact`` (one line, the C encoder) for large numeric documents."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    text = json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=2)
+    path.write_text(text + "\n")
 
 
 # --- the shard -------------------------------------------------------------------------
@@ -356,7 +359,7 @@ def write_shard(
     ordered_stats = {k: stats[k] for k in features}
     split = f"{episode_index}:{episode_index + 1}"
     write_json(folder / INFO_FILE, info_json(features, rows.fps, 1, n, len(rows.tasks), split))
-    write_json(folder / STATS_FILE, stats_to_json(ordered_stats, dtypes))
+    write_json(folder / STATS_FILE, stats_to_json(ordered_stats, dtypes), compact=True)
     write_tasks(rows.tasks, folder / TASKS_FILE)
     episode = {
         "episode_index": episode_index,

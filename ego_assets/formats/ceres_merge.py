@@ -61,6 +61,7 @@ from ego_assets.formats.ceres_metadata import TASK_SPEC_DIR
 from ego_assets.formats.lerobot_video import MUX_OPTIONS, video_info
 
 MERGE_FILE = "ceres/merge.json"
+MERGE_VERSION = "ceres-lerobot-v3-merge-1"  # bump when the merged output changes
 EPISODE_METADATA_DIR = "ceres/episodes"
 MB = 1024 * 1024
 RENUMBERED = ("episode_index", "index", "task_index")
@@ -151,7 +152,9 @@ class _Writers:
             chunk, file = self.data_loc
             path = self.out / DATA_PATH.format(chunk_index=chunk, file_index=file)
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.data_writer = pq.ParquetWriter(path, table.schema, compression="snappy")
+            self.data_writer = pq.ParquetWriter(
+                path, table.schema, compression="snappy", use_dictionary=False
+            )
             self.data_bytes = 0
         self.data_writer.write_table(table, row_group_size=max(table.num_rows, 1))
         self.data_bytes += size
@@ -226,8 +229,12 @@ def _read_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:
     return {f: {k: np.asarray(v) for k, v in stats.items()} for f, stats in doc.items()}
 
 
-def merge_shards(shards: list[Path], out: Path) -> MergeResult:
-    """Merge shard folders (in the given order) into the empty folder ``out``."""
+def merge_shards(shards: list[Path], out: Path, data_version: str = "") -> MergeResult:
+    """Merge shard folders (in the given order) into the empty folder ``out``.
+
+    ``data_version`` (what the caller derived the inputs' identity from) is recorded in
+    ``ceres/merge.json``.
+    """
     infos = [json.loads((s / INFO_FILE).read_text()) for s in shards]
     if not shards:
         raise ValueError("no shards to merge")
@@ -332,7 +339,11 @@ def merge_shards(shards: list[Path], out: Path) -> MergeResult:
     m = len(included)
     write_json(out / INFO_FILE, info_json(features, fps, m, offset, len(tasks), f"0:{m}"))
     dtypes = {k: v["dtype"] for k, v in features.items()}
-    write_json(out / STATS_FILE, stats_to_json(aggregate_stats(episode_stats), dtypes))
-    write_json(out / MERGE_FILE, {"episodes": merged, "excluded": excluded})
+    write_json(
+        out / STATS_FILE, stats_to_json(aggregate_stats(episode_stats), dtypes), compact=True
+    )
+    write_json(
+        out / MERGE_FILE, {"data_version": data_version, "episodes": merged, "excluded": excluded}
+    )
     write_receipt(out)
     return MergeResult(m, offset, len(tasks), excluded)

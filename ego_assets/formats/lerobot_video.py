@@ -33,10 +33,13 @@ import numpy as np
 REMUX_CODECS = frozenset({"h264", "hevc", "av1"})
 PIX_FMT = "yuv420p"
 # Re-encoding: x264 is in every PyAV wheel; GOP 2 as in LeRobot's own writer (random
-# access decodes at most one extra frame), CRF 23 (x264's default quality).
+# access decodes at most one extra frame), CRF 23 (x264's default quality). Preset
+# ultrafast (no CABAC, no B-frames): ~2.5x the encode speed of veryfast and cheaper to
+# decode for training loaders, at ~2.8x the file size (640x480, 300 frames: 1.15 MB vs
+# 0.41 MB); only cut or gappy footage is re-encoded, aligned video is copied.
 ENCODER: dict[str, Any] = {
     "codec": "libx264",
-    "options": {"preset": "veryfast", "crf": "23", "g": "2"},
+    "options": {"preset": "ultrafast", "crf": "23", "g": "2"},
 }
 # Frames sampled for the camera statistics, and their size (long side, pixels).
 STATS_SAMPLES = 100
@@ -58,6 +61,8 @@ class SourceVideo:
         uniform: presentation times are ``offset + k * step`` for frame ``k`` (and
             decode times lie on the same grid), so a remux can rescale them exactly.
         keyframes: (K,) int64 presentation index of each keyframe.
+        pts_offset, pts_step: first presentation time and frame step, in the stream's
+            time base (meaningful when ``uniform``).
     """
 
     codec: str
@@ -67,6 +72,8 @@ class SourceVideo:
     frames: int
     uniform: bool
     keyframes: np.ndarray
+    pts_offset: int = 0
+    pts_step: int = 1
 
     @property
     def remuxable(self) -> bool:
@@ -122,7 +129,9 @@ def _timing(path: Path) -> tuple[SourceVideo, np.ndarray, np.ndarray, Fraction]:
     rank = np.empty(len(p), dtype=np.int64)
     rank[order] = np.arange(len(p))
     keyframes = np.sort(rank[np.asarray(key, dtype=bool)]) if len(p) else np.zeros(0, np.int64)
-    info = SourceVideo(codec, pix_fmt, width, height, len(p), uniform, keyframes)
+    offset = int(p.min()) if len(p) else 0
+    step = int(np.diff(np.sort(p))[0]) if uniform and len(p) > 1 else 1
+    info = SourceVideo(codec, pix_fmt, width, height, len(p), uniform, keyframes, offset, step)
     return info, p, d, time_base
 
 
@@ -186,18 +195,17 @@ def quantile_name(q: float) -> str:
 def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> VideoResult:
     """Copy the packets of ``src`` into the mp4 ``dst``; frame ``k`` at ``k / fps``.
 
+    ``source`` is `inspect_video` of ``src`` when the caller has it already.
+
     Raises:
         ValueError: ``src`` is not remuxable (see `SourceVideo.remuxable`).
     """
-    info, pts, _, _ = _timing(src)
-    if source is not None and source.frames != info.frames:
-        raise ValueError(f"{src}: changed while exporting")
+    info = source if source is not None else inspect_video(src)
     if not info.remuxable:
         raise ValueError(
             f"{src}: not remuxable ({info.codec}, {info.pix_fmt}, uniform={info.uniform})"
         )
-    offset = int(pts.min())
-    step = int(np.diff(np.sort(pts))[0]) if info.frames > 1 else 1
+    offset, step = info.pts_offset, info.pts_step
     # Short videos: decode every frame and sample evenly. Long ones: decode only a
     # sample of keyframes (no other frame depends on them), so the copy stays cheap.
     decode_all = info.frames <= SHORT_VIDEO_FRAMES
