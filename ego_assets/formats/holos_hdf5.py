@@ -69,6 +69,7 @@ GZIP_LEVEL = 4
 MEDIA_GZIP_LEVEL = 1  # container bytes hardly compress; level 1 keeps the cost down
 TINY_BYTES = 1024  # datasets smaller than this are stored contiguous and unfiltered
 CHUNK_TARGET_BYTES = 64 * 1024  # time-major chunks of about this size (whole rows)
+OBS_CHUNK_ROWS = 64  # at most this many samples per obs chunk (random short windows)
 MEDIA_CHUNK_BYTES = 1 << 20
 MEDIA_READ_BYTES = 8 << 20
 FILL = np.nan
@@ -216,7 +217,10 @@ class _Writer:
             kwargs["fillvalue"] = FILL
         if data.nbytes >= TINY_BYTES and data.shape[0] > 0:
             row_bytes = data.nbytes // data.shape[0]
-            chunks = (chunk_rows(row_bytes, data.shape[0]), *data.shape[1:])
+            rows = chunk_rows(row_bytes, data.shape[0])
+            if group.name.endswith("/obs"):  # loaders read short windows of obs
+                rows = min(rows, OBS_CHUNK_ROWS)
+            chunks = (rows, *data.shape[1:])
             kwargs.update(
                 chunks=chunks,
                 compression="gzip",
