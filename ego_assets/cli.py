@@ -262,10 +262,18 @@ def _waive(args: argparse.Namespace) -> int:
 
 def _view(args: argparse.Namespace) -> int:
     from ego_assets.storage import Storage
-    from ego_assets.viewer import episode
+    from ego_assets.viewer import episode, exports
 
     target = Path(args.episode)
-    if target.is_dir():
+    if target.is_dir() and exports.is_lerobot_dataset(target):
+        out = Path(args.out or f"{target.resolve().name}.rrd")
+        path = exports.lerobot_recording(target, out, args.lerobot_episode)
+        found = episode.Located(path, f"LeRobot dataset {target}, read by Rerun's LeRobotReader")
+    elif exports.is_hdf5_file(target):
+        out = Path(args.out or f"{target.stem}.rrd")
+        path = exports.hdf5_recording(target, out)
+        found = episode.Located(path, f"HDF5 file {target}, read by Rerun's Hdf5Reader")
+    elif target.is_dir():
         out = Path(args.out or f"{target.resolve().name}.rrd")
         media = Path(args.media) if args.media else None
         found = episode.recording_for_folder(target, out, media_dir=media)
@@ -436,11 +444,16 @@ def build_parser() -> argparse.ArgumentParser:
     waive.set_defaults(func=_waive)
 
     view = sub.add_parser("view", help="open an episode in the Rerun viewer")
-    view.add_argument("episode", help="capture key (in --data) or trajectory folder")
+    view.add_argument(
+        "episode", help="capture key (in --data), trajectory folder, LeRobot dataset or HDF5 file"
+    )
     view.add_argument(
         "--data", default=os.environ.get("EGO_DATA_DIR", "data"), help="data root ($EGO_DATA_DIR)"
     )
     view.add_argument("--media", help="raw capture folder (for a trajectory folder)")
+    view.add_argument(
+        "--lerobot-episode", type=int, help="episode of a LeRobot dataset (default: first)"
+    )
     view.add_argument("--out", help="recording to write (default: ./<key>.rrd)")
     view.add_argument("--save-only", action="store_true", help="write the .rrd, do not open")
     view.add_argument("--web", action="store_true", help="serve the web viewer on 127.0.0.1")

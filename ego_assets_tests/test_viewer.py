@@ -7,12 +7,14 @@ real Aria MPS sample are built once per module.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import av
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import rerun as rr
 from rerun.chunk import RrdReader
@@ -21,6 +23,8 @@ from ego_assets.capture import read_capture
 from ego_assets.capture.manifest import write_marker
 from ego_assets.cli import main
 from ego_assets.defs.demo import aria_fixture_dir
+from ego_assets.formats.ceres_lerobot import write_shard
+from ego_assets.formats.holos_hdf5 import write_file
 from ego_assets.quality.expectations import run_expectations
 from ego_assets.quality.gate import GATE_FILE, Gate
 from ego_assets.quality.policy import default_policy
@@ -65,12 +69,14 @@ def read_back(path: Path) -> tuple[dict[tuple[str, str], Column], dict[tuple[str
     static: dict[tuple[str, str], object] = {}
     for chunk in RrdReader(path).stream():
         batch = chunk.to_record_batch()
-        names = [n for n in batch.schema.names if ":" in n]
+        indexes = {"rerun.controls.RowId", "time", "frame_index"}
+        names = [n for n in batch.schema.names if n not in indexes and not n.startswith("frame_")]
         if chunk.is_static:
             for name in names:
                 static[(chunk.entity_path, name)] = batch.column(name)[0].as_py()
             continue
-        times = batch.column("time").cast("int64").to_numpy()
+        index = "time" if "time" in batch.schema.names else "frame_index"
+        times = batch.column(index).cast("int64").to_numpy()
         frame_cols = [n for n in batch.schema.names if n.startswith("frame_")]
         frame = batch.column(frame_cols[0]).to_numpy() if frame_cols else None
         for name in names:
@@ -370,3 +376,63 @@ def test_camera_pose_and_pinhole_per_frame(built: dict[str, Built], kind: str) -
     axes = getattr(rr.components.ViewCoordinates, expected_axes).as_arrow_array()[0].as_py()
     assert b.columns[(path, "Pinhole:camera_xyz")].values[row] == [axes]
     assert b.columns[(path, "Pinhole:resolution")].values[row] == [[media.width, media.height]]
+
+
+def test_cli_view_lerobot_shard_as_the_format_carries_it_plus_skeletons_and_gaps(
+    built: dict[str, Built], tmp_path: Path
+) -> None:
+    b = built["webxr"]
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    write_shard(b.trajectory, b.capture, 0, shard)
+    out = tmp_path / "shard.rrd"
+    assert main(["view", str(shard), "--save-only", "--out", str(out)]) == 0
+    columns, _ = read_back(out)
+    # what Rerun's LeRobotReader shows
+    for key in (
+        ("/observation.state", "Scalars:scalars"),
+        ("/action", "Scalars:scalars"),
+        ("/observation.images.passthrough", "VideoStream:sample"),
+    ):
+        assert key in columns
+    # what the viewer adds from the dataset's own feature names
+    names = json.loads((shard / "meta" / "info.json").read_text())["features"]["observation.state"][
+        "names"
+    ]
+    data = pq.read_table(next((shard / "data").rglob("*.parquet")))
+    state = np.stack(data["observation.state"].to_numpy(zero_copy_only=False))
+    gaps = columns[("/ceres.source_gap", "Scalars:scalars")]
+    np.testing.assert_array_equal(gaps.time_ns, data["frame_index"].to_numpy())
+    assert [v[0] for v in gaps.values] == data["ceres.source_gap"].to_numpy().astype(float).tolist()
+    drawn_any = False
+    for side in ("left", "right"):
+        strips = columns[(f"/skeleton/{side}", "LineStrips3D:strips")]
+        assert len(strips.values) == data.num_rows
+        tracked = state[:, names.index(f"{side}_hand.tracked")] > 0.5
+        assert [len(r) > 0 for r in strips.values] == tracked.tolist()
+        for row in np.flatnonzero(tracked)[:3]:
+            wrist = [names.index(f"{side}_hand.wrist.position.{a}") for a in "xyz"]
+            np.testing.assert_allclose(strips.values[row][0][0], state[row, wrist], atol=1e-6)
+            drawn_any = True
+    assert drawn_any
+
+
+def test_cli_view_holos_hdf5_one_stream_per_clock_plus_skeletons(
+    built: dict[str, Built], tmp_path: Path
+) -> None:
+    b = built["holos-visionpro"]
+    h5 = tmp_path / "episode.h5"
+    write_file(b.trajectory, b.capture, h5)
+    out = tmp_path / "h5.rrd"
+    assert main(["view", str(h5), "--save-only", "--out", str(out)]) == 0
+    columns, _ = read_back(out)
+    device = b.trajectory.stream("device_pose")
+    (pose,) = [v for k, v in columns.items() if k[0] == "/holos/raw/device_pose"]
+    np.testing.assert_array_equal(pose.time_ns, _ns(device.time))
+    assert any(k[0] == "/data/demo_0/obs" for k in columns)
+    hand = b.trajectory.stream("hand_left_world")
+    strips = columns[("/skeleton/left", "LineStrips3D:strips")]
+    np.testing.assert_array_equal(strips.time_ns, _ns(hand.time))
+    row = int(np.flatnonzero(hand.fields["hand_valid"])[0])
+    np.testing.assert_allclose(strips.values[row][0][0], hand.fields["position"][row, 0], atol=1e-6)
+    assert [len(r) > 0 for r in strips.values] == hand.fields["hand_valid"].tolist()
