@@ -134,7 +134,21 @@ def is_hdf5_file(path: Path) -> bool:
     return path.is_file() and path.read_bytes()[:8] == b"\x89HDF\r\n\x1a\n"
 
 
-def _timed_groups(reader: Hdf5Reader) -> list[tuple[str, list[str]]]:
+def _virtual_datasets(path: Path) -> set[str]:
+    """Paths of the virtual (VDS) datasets of an HDF5 file: `Hdf5Reader` cannot read them
+    (Holos ``next_obs/*`` are virtual views of ``obs/*``, shown there already)."""
+    found: set[str] = set()
+
+    def visit(name: str, obj: object) -> None:
+        if isinstance(obj, h5py.Dataset) and obj.is_virtual:
+            found.add("/" + name)
+
+    with h5py.File(path, "r") as f:
+        f.visititems(visit)
+    return found
+
+
+def _timed_groups(reader: Hdf5Reader, virtual: set[str]) -> list[tuple[str, list[str]]]:
     """(group, datasets to ignore in its subtree) for every group with a 1-D ``time``.
 
     Each such group is one clock (the demo clock, every raw stream). Its stream holds
@@ -163,7 +177,7 @@ def _timed_groups(reader: Hdf5Reader) -> list[tuple[str, list[str]]]:
             owner = parent(d.path)
             while owner not in clocks and owner != "/":
                 owner = parent(owner)
-            if owner != group or not d.shape or d.shape[0] != rows:
+            if owner != group or not d.shape or d.shape[0] != rows or d.path in virtual:
                 ignore.append(d.path[len(prefix) :])
         out.append((group, ignore))
     return out
@@ -184,7 +198,7 @@ def hdf5_recording(path: Path, out: Path) -> Path:
             index_column=IndexColumn.duration("/time", input_unit="s"),
             ignore_datasets=ignore,
         )
-        for group, ignore in _timed_groups(reader)
+        for group, ignore in _timed_groups(reader, _virtual_datasets(Path(path)))
     ]
     if not streams:
         raise ValueError(f"{path}: no group with a 1-D 'time' dataset")
