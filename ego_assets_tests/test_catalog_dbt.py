@@ -93,7 +93,8 @@ def test_catalog_builds_and_refreshes_incrementally(root):
         assert faulty["worst_metric"] == "hand:left/tracking_loss_ratio"
         assert clean["holos_hdf5_state"] == "exported"
         assert clean["holos_hdf5_bytes"] == 100
-        assert clean["holos_hdf5_path"] == f"exports/holos_hdf5/{CLEAN}"
+        receipt = _rows(db, "select path, sha256 from platform.export_receipts_holos_hdf5")
+        assert receipt[0]["path"] == f"exports/holos_hdf5/{CLEAN}"
         assert clean["ceres_episode_state"] == "missing"
         assert faulty["holos_hdf5_state"] == "blocked"
         assert clean["landing_day"] == dt.datetime.now(dt.UTC).date()

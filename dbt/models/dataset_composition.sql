@@ -1,5 +1,7 @@
-{#- Hours and episodes per task, source kind, device, demonstrator and split. A full
-    aggregate of `episodes` (one scan; see docs/catalog.md for its cost at 1M episodes). -#}
+{{ config(materialized='view') }}
+{#- Hours and episodes per task, source kind, device, demonstrator and split. A view:
+    one aggregate scan of `episodes` per query (tens of ms at 1M episodes, see
+    docs/catalog.md), so a build costs nothing and the figures are never behind. -#}
 select
   coalesce(task, '(none)') as task,
   source_kind,

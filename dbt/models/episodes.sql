@@ -3,29 +3,34 @@
     materialized='incremental',
     unique_key='capture_key',
     incremental_strategy='delete+insert',
-    post_hook="delete from {{ this }} where capture_key not in (select capture_key from {{ source('platform', 'raw_manifests') }})",
+    pre_hook="{{ delete_removed_captures() }}",
   )
 }}
 {#- One row per capture with a raw copy. Incremental: only captures whose staged rows
-    changed since the last build are recomputed; removed captures are deleted. -#}
-with manifests as (
-  select * from {{ source('platform', 'raw_manifests') }} {{ only_changed() }}
+    changed since the last build are recomputed (macros/incremental.sql); captures whose
+    raw copy was removed are deleted first. -#}
+with {{ changed_cte() }},
+batch as (
+  select {{ current_batch() }} as number
+),
+manifests as (
+  select * from {{ changed_rows(source('platform', 'raw_manifests')) }}
 ),
 headers as (
-  select * from {{ source('platform', 'trajectory_headers') }} {{ only_changed() }}
+  select * from {{ changed_rows(source('platform', 'trajectory_headers')) }}
 ),
 quality as (
-  select * from {{ source('platform', 'quality_rows') }} {{ only_changed() }}
+  select * from {{ changed_rows(source('platform', 'quality_rows')) }}
 ),
 gates as (
-  select * from {{ source('platform', 'quality_gates') }} {{ only_changed() }}
+  select * from {{ changed_rows(source('platform', 'quality_gates')) }}
 ),
 formats as (
   select * from {{ source('platform', 'export_formats') }}
 )
 {%- for fmt in var('export_formats') %},
 receipts_{{ fmt }} as (
-  select * from {{ source('platform', 'export_receipts_' ~ fmt) }} {{ only_changed() }}
+  select * from {{ changed_rows(source('platform', 'export_receipts_' ~ fmt)) }}
 )
 {%- endfor %}
 
@@ -42,12 +47,10 @@ select
   h.n_streams,
   h.stream_names,
   h.started_at,
-  h.trajectory_data_version,
   m.landed_at,
   cast(m.landed_at as date) as landing_day,
   m.raw_files,
   m.raw_bytes,
-  m.content_sha256,
   coalesce(q.status, 'pending') as quality_status,
   nullif(q.worst_metric, '') as worst_metric,
   q.n_fail,
@@ -64,7 +67,6 @@ select
   case when g.capture_key is null then 'pending'
        when g.gate_passed then 'allowed'
        else 'blocked' end as gate,
-  g.gate_data_version,
   g.policy_version,
   g.blocking_reasons,
   g.gx_errors,
@@ -81,14 +83,13 @@ select
               or r_{{ fmt }}.code_version = f_{{ fmt }}.current_code_version) then 'exported'
     else 'stale'
   end as {{ fmt }}_state,
-  r_{{ fmt }}.path as {{ fmt }}_path,
   r_{{ fmt }}.bytes as {{ fmt }}_bytes,
-  r_{{ fmt }}.sha256 as {{ fmt }}_sha256,
   r_{{ fmt }}.code_version as {{ fmt }}_code_version,
   r_{{ fmt }}.exported_at as {{ fmt }}_exported_at
 {%- endfor %},
-  {{ current_batch() }} as _batch
+  b.number as _batch
 from manifests m
+cross join batch b
 left join headers h using (capture_key)
 left join quality q using (capture_key)
 left join gates g using (capture_key)

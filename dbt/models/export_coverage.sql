@@ -1,6 +1,8 @@
+{{ config(materialized='view') }}
 {#- One row per export format, also for a format with no receipt yet: how many episodes
     are exported (current), blocked by the gate, stale or missing, and the first
-    `coverage_list_limit` capture keys of each (all of them: query `episodes`). -#}
+    `coverage_list_limit` capture keys of each (all of them: query `episodes`). A view,
+    like dataset_composition: computed from `episodes` when queried. -#}
 {%- set limit = var('coverage_list_limit') %}
 {%- for fmt in var('export_formats') %}
 {%- if not loop.first %}
