@@ -13,6 +13,7 @@ Both are in the ``aggregates`` group, so the nightly schedule builds them, and b
 the single-writer pool: DuckDB has one writer per file.
 """
 
+import fcntl
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -58,9 +59,20 @@ def _manifest_is_current(project: DbtProject) -> bool:
     return all(p.stat().st_mtime <= built for p in files)
 
 
-if not _manifest_is_current(dbt_project):
-    # A fresh clone, or models edited since the last parse: parse (offline, no packages).
-    parse_project(dbt_project.project_dir)
+def _prepare(project: DbtProject) -> None:
+    """Parse the project when its manifest is missing or older than its files (a fresh
+    clone, edited models); one process at a time (test workers load this together)."""
+    if _manifest_is_current(project):
+        return
+    lock = project.project_dir / "target" / ".parse.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        if not _manifest_is_current(project):
+            parse_project(project.project_dir)
+
+
+_prepare(dbt_project)
 
 
 def exporter_code_versions(assets: Sequence[Any]) -> dict[str, str | None]:
