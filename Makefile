@@ -77,6 +77,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench normalize --json bench/results/normalize.json
 	$(BIN)/python -m bench quality --json bench/results/quality.json
 	$(BIN)/python -m bench orchestration --json bench/results/orchestration.json
+	$(BIN)/python -m bench holos --json bench/results/holos.json
 	$(BIN)/python -m bench egosmith --json bench/results/egosmith.json
 
 clean:
