@@ -20,6 +20,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from ego_assets.defs.sensors import capture_job
 from ego_assets.synth import synthesize
 from ego_assets_tests.processes import (
     REPO,
@@ -34,6 +35,14 @@ from ego_assets_tests.processes import (
 
 REDIS_URL = "redis://127.0.0.1:6379/13"  # this test's own Redis database
 KEYS = ["s01", "s02", "s03", "s04"]
+# one celery task per asset step of the job
+CAPTURE_JOB_ASSETS = (
+    "raw_capture",
+    "trajectory",
+    "quality_report",
+    "holos_hdf5",
+    "egosmith_shards",
+)
 CHUNKS = [("s01", "s02"), ("s03", "s04")]
 WORKERS = ("ego-w1", "ego-w2")
 RANGE_START = "dagster/asset_partition_range_start"
@@ -176,13 +185,22 @@ def test_backfill_chunks_run_on_two_celery_workers_with_outputs_in_s3(
     print(f"celery scale-out: {elapsed:.1f} s wall, tasks per worker {per_worker}")
 
     assert workers_in_log == set(WORKERS)
-    # both workers executed steps: 2 runs x 3 steps = 6 tasks between them
+    # both workers executed steps: 2 runs x one step per asset of capture_job
     assert set(per_worker) == set(WORKERS)
     assert all(per_worker[name] >= 1 for name in WORKERS), per_worker
-    assert sum(per_worker.values()) == 2 * 3
+    assert sum(per_worker.values()) == 2 * len(CAPTURE_JOB_ASSETS)
     objects = s3_server.keys(root)
     for key in KEYS:
         for stage, index in INDEX_FILES.items():
             assert f"{stage}/{key}/{index}" in objects
         assert f"quality/{key}/quality.parquet" in objects
         assert any(o.startswith(f"trajectory/{key}/streams/") for o in objects)
+
+
+def test_the_step_count_above_is_capture_jobs_own():
+    selected = capture_job.selection.resolve(
+        dg.Definitions(
+            assets=__import__("ego_assets.definitions").definitions.ASSETS
+        ).get_asset_graph()
+    )
+    assert {key.to_user_string() for key in selected} == set(CAPTURE_JOB_ASSETS)

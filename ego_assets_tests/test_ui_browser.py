@@ -23,6 +23,7 @@ import pytest
 from PIL import Image
 
 from ego_assets.definitions import ASSETS
+from ego_assets.defs.catalog import CATALOG_RESOURCES
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.defs.resources import StorageResource
 from ego_assets.synth import synthesize
@@ -59,7 +60,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         faults=["hand_never_seen", "backwards_timestamps"],
         capture_id=BLOCKED_KEY,
     )
-    resources = {"storage": StorageResource(root=str(data))}
+    resources = {"storage": StorageResource(root=str(data)), **CATALOG_RESOURCES}
     per_capture = [a for a in ASSETS if a.partitions_def is not None]
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, [BLOCKED_KEY, CAPTURE_KEY])
