@@ -20,7 +20,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from ego_assets.defs.sensors import capture_job
 from ego_assets.synth import synthesize
 from ego_assets_tests.processes import (
     REPO,
@@ -195,12 +194,3 @@ def test_backfill_chunks_run_on_two_celery_workers_with_outputs_in_s3(
             assert f"{stage}/{key}/{index}" in objects
         assert f"quality/{key}/quality.parquet" in objects
         assert any(o.startswith(f"trajectory/{key}/streams/") for o in objects)
-
-
-def test_the_step_count_above_is_capture_jobs_own():
-    selected = capture_job.selection.resolve(
-        dg.Definitions(
-            assets=__import__("ego_assets.definitions").definitions.ASSETS
-        ).get_asset_graph()
-    )
-    assert {key.to_user_string() for key in selected} == set(CAPTURE_JOB_ASSETS)
