@@ -559,19 +559,25 @@ def _demo_attrs(demo: h5py.Group, trajectory: Trajectory, master: MasterClock) -
     demo.attrs["resampling"] = RESAMPLING
 
 
-class _Demo:
+@dataclass
+class _Section:
+    """One part of the file and what every part's writer needs."""
+
+    w: _Writer
+    trajectory: Trajectory
+    tracks: _Tracks
+    scales: dict
+    notes: ExportNotes
+
+    def __post_init__(self) -> None:
+        """Per-part set-up after the shared fields are stored."""
+
+
+class _Demo(_Section):
     """Writes ``/data/demo_0``: the one-clock view robomimic reads."""
 
-    def __init__(
-        self, w: _Writer, trajectory: Trajectory, tracks: _Tracks, scales: dict, notes: ExportNotes
-    ):
-        self.w, self.trajectory, self.tracks, self.scales, self.notes = (
-            w,
-            trajectory,
-            tracks,
-            scales,
-            notes,
-        )
+    def __post_init__(self) -> None:
+        trajectory, tracks, w = self.trajectory, self.tracks, self.w
         self.master = pick_master(tracks.skeleton_world, tracks.landmarks, tracks.device)
         self.ns = self.master.timestamp_ns
         self.time_s = (self.ns - np.int64(trajectory.info.start_ns)).astype(np.float64) / 1e9
@@ -826,20 +832,11 @@ class _Demo:
         )
 
 
-class _Raw:
+class _Raw(_Section):
     """Writes ``/holos/raw``: every stream on its own clock, unchanged samples."""
 
-    def __init__(
-        self, w: _Writer, trajectory: Trajectory, tracks: _Tracks, scales: dict, notes: ExportNotes
-    ):
-        self.w, self.trajectory, self.tracks, self.scales, self.notes = (
-            w,
-            trajectory,
-            tracks,
-            scales,
-            notes,
-        )
-        self.units = time_units(trajectory)
+    def __post_init__(self) -> None:
+        self.units = time_units(self.trajectory)
 
     def clock(self, path: str, stream: Stream, rows: np.ndarray | None = None) -> tuple:
         group = self.w.group(path)
