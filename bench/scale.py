@@ -1,0 +1,855 @@
+"""Benchmark: Dagster's partitions at 10k, 100k and 1M captures on a Postgres instance.
+
+``python -m bench scale [--episodes 10000,100000,1000000] [--json FILE] [--repeat 3]
+[--no-browser] [--no-daemon]``
+
+One fresh database (``scale_<hex>`` on 127.0.0.1:5432, dropped at the end) grows through
+the sizes in order. At each size the instance holds ``N`` registered captures and one
+materialization of every per-capture asset for each (raw_capture, trajectory,
+quality_report and the exporters), written through Dagster's own storage API: partitions
+with ``instance.add_dynamic_partitions`` in chunks, materializations as the runless
+``ASSET_MATERIALIZATION`` events `DagsterInstance.report_runless_asset_event` writes, stored
+``SEED_BATCH`` at a time with ``event_log_storage.store_event_batch`` (one INSERT per
+batch; the same call a run uses when ``DAGSTER_EVENT_BATCH_SIZE`` is set). Then, per size:
+
+* ``sensor_tick_s``: the landing sensor registering 1,000 new captures (complete capture
+  folders in a landing folder), as many ticks as that takes; each tick is the sensor's
+  evaluation as the code server runs it (``evaluate_tick``, which also resolves and checks
+  the run requests) plus what the daemon does with its result before launching runs: one
+  ``has_dynamic_partition`` per key, the bulk insert, the run-key lookup.
+* ``ui_*``: the GraphQL documents the UI sends for the asset page (partition health,
+  partition stats, the partitions tab) and the materialize dialog, against a running
+  ``dagster-webserver``; first call (cold) and best of ``--repeat`` (warm); and the asset's
+  partitions page loaded in headless Chromium until the partition count is on screen.
+* ``backfill_launch_s``: the ``launchPartitionBackfill`` mutation for 10,000 captures over
+  every per-capture asset (the call the UI and ``scripts``-style launchers make);
+  ``backfill_first_iteration_s``: the backfill daemon's first pass over it (planning and
+  submitting the first chunk runs to a queue that launches nothing).
+* ``chunk_run_start_s``: a ranged run of `BACKFILL_CHUNK` captures, from the call to its
+  first step starting (run creation, partition resolution, plan).
+* ``stale_code_tick_s``: one steady-state tick of the stale-code automation sensor (no
+  code change; the first tick, which records versions, is timed too).
+* ``webserver_rss_mb`` / ``daemon_rss_mb``: peak resident memory (VmHWM) of the webserver
+  after the UI queries, and of the daemon after a minute of ticks with the backfill.
+
+Prints a table and writes ``{"sizes": {N: {...}}, "targets": {...}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import time
+import urllib.request
+import uuid
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import log, report
+
+POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+SEED_BATCH = 5000
+NEW_CAPTURES = 1000
+BACKFILL_EPISODES = 10_000
+TARGETS = {
+    "sensor_tick_s": 2.0,
+    "ui_partition_status_s": 2.0,
+    "backfill_launch_s": 30.0,
+    "webserver_rss_mb": 2048.0,
+}
+REPO = Path(__file__).resolve().parents[1]
+
+
+def capture_key(i: int) -> str:
+    """The i-th simulated capture key (sorted order = registration order)."""
+    return f"sim-{i:07d}"
+
+
+# ---------------------------------------------------------------- instance and seeding
+
+
+@contextlib.contextmanager
+def postgres_home(home: Path, prefix: str = "scale") -> Iterator[tuple[Path, str]]:
+    """DAGSTER_HOME on a fresh database ``<prefix>_<hex>``, dropped on exit.
+
+    Runs go to a queue that never launches any (``max_concurrent_runs: 0``): the backfill
+    daemon plans and submits, nothing executes.
+    """
+    import psycopg2
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+    def admin(sql: str) -> None:
+        conn = psycopg2.connect(dbname="postgres", **POSTGRES)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(sql)
+        conn.close()
+
+    admin(f'CREATE DATABASE "{name}"')
+    home.mkdir(parents=True, exist_ok=True)
+    config = {
+        "storage": {
+            "postgres": {
+                "postgres_db": {
+                    "hostname": POSTGRES["host"],
+                    "port": POSTGRES["port"],
+                    "username": POSTGRES["user"],
+                    "password": "",
+                    "db_name": name,
+                    "scheme": "postgresql+psycopg2",
+                }
+            }
+        },
+        "run_coordinator": {
+            "module": "dagster.core.run_coordinator",
+            "class": "QueuedRunCoordinator",
+        },
+        "concurrency": {"runs": {"max_concurrent_runs": 0}},
+        "telemetry": {"enabled": False},
+    }
+    (home / "dagster.yaml").write_text(json.dumps(config))
+    try:
+        yield home, name
+    finally:
+        admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _materialization(asset_key: Any, partition: str, timestamp: float) -> Any:
+    """The event `report_runless_asset_event` stores for one partition's materialization."""
+    from dagster._core.definitions.events import AssetMaterialization
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
+    from dagster._core.events.log import EventLogEntry
+    from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
+
+    event = DagsterEvent(
+        event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
+        job_name=RUNLESS_JOB_NAME,
+        event_specific_data=StepMaterializationData(
+            AssetMaterialization(asset_key=asset_key, partition=partition)
+        ),
+        message="",
+    )
+    return EventLogEntry(
+        error_info=None,
+        level=logging.INFO,
+        user_message="",
+        run_id=RUNLESS_RUN_ID,
+        timestamp=timestamp,
+        dagster_event=event,
+        job_name=RUNLESS_JOB_NAME,
+    )
+
+
+_COPY_COLUMNS = ("run_id", "event", "dagster_event_type", "timestamp", "step_key", "asset_key")
+
+
+def _copy_text(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    text = value.isoformat(sep=" ") if hasattr(value, "isoformat") else str(value)
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+
+
+def _copy_materializations(
+    instance: Any, db: str, asset_key: Any, keys: Sequence[str], timestamp: float
+) -> None:
+    """Materializations of ``keys[:-1]`` in one COPY, rows as Dagster writes them; the last
+    key through ``store_event_batch`` (which also moves the asset's latest-event pointer).
+
+    Dagster's batch INSERT spends ~1.4 ms per event in Python (SQLAlchemy compiles a
+    multi-row VALUES clause; serdes packs each event): 2.3 hours for 6M events on this
+    machine. The row of the first key comes from Dagster's own ``_event_to_row``; the
+    others differ only in the partition key, substituted in the serialized event (keys
+    are fixed-width, so the text is byte-identical to ``serialize_value``'s: checked on a
+    sample before writing).
+    """
+    import io
+
+    import psycopg2
+    from dagster_shared.serdes import serialize_value
+
+    storage = instance.event_log_storage
+    template_key = keys[0]
+    row = storage._event_to_row(_materialization(asset_key, template_key, timestamp))
+    for probe in (keys[len(keys) // 2], keys[-1]):
+        expected = serialize_value(_materialization(asset_key, probe, timestamp))
+        if row["event"].replace(template_key, probe) != expected:
+            raise RuntimeError("serialized materialization is not a template of its key")
+    event_text = _copy_text(row["event"])
+    fixed = [_copy_text(row[c]) for c in _COPY_COLUMNS]
+    event_at = _COPY_COLUMNS.index("event")
+    conn = psycopg2.connect(dbname=db, **POSTGRES)
+    try:
+        with conn, conn.cursor() as cur:
+            for i in range(0, len(keys) - 1, 100_000):
+                buffer = io.StringIO()
+                for key in keys[i : min(i + 100_000, len(keys) - 1)]:
+                    fixed[event_at] = event_text.replace(template_key, key)
+                    buffer.write("\t".join(fixed))
+                    buffer.write("\t")
+                    buffer.write(key)
+                    buffer.write("\n")
+                buffer.seek(0)
+                columns = ", ".join((*_COPY_COLUMNS, "partition"))
+                cur.copy_expert(f"COPY event_logs ({columns}) FROM STDIN", buffer)
+    finally:
+        conn.close()
+    storage.store_event_batch([_materialization(asset_key, keys[-1], timestamp)])
+
+
+def seed(
+    instance: Any, db: str, start: int, stop: int, asset_keys: Sequence[Any]
+) -> dict[str, float]:
+    """Register captures ``start..stop`` and one materialization per asset for each."""
+    from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
+
+    keys = [capture_key(i) for i in range(start, stop)]
+    t0 = time.perf_counter()
+    for i in range(0, len(keys), 50_000):
+        instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, keys[i : i + 50_000])
+    partitions_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    now = time.time()
+    for asset_key in asset_keys:
+        _copy_materializations(instance, db, asset_key, keys, now)
+    events_s = time.perf_counter() - t0
+    return {
+        "partitions_s": round(partitions_s, 2),
+        "materializations_s": round(events_s, 2),
+        "materializations": len(keys) * len(asset_keys),
+    }
+
+
+# ---------------------------------------------------------------- landing sensor tick
+
+
+def land(landing: Path, start: int, count: int) -> None:
+    """``count`` complete (marker written) capture folders from index ``start``."""
+    from ego_assets.capture.manifest import write_marker
+
+    for i in range(start, start + count):
+        folder = landing / capture_key(i)
+        folder.mkdir(parents=True)
+        write_marker(folder, "holos")
+
+
+def daemon_apply_partition_requests(instance: Any, requests: Sequence[Any]) -> None:
+    """What the sensor daemon does with a tick's partition requests (dagster 1.13
+    ``_daemon/sensor.py::_handle_dynamic_partitions_requests``): one existence query per
+    key, then one bulk insert of the missing ones."""
+    for request in requests:
+        missing = [
+            k
+            for k in request.partition_keys
+            if not instance.has_dynamic_partition(request.partitions_def_name, k)
+        ]
+        if missing:
+            instance.add_dynamic_partitions(request.partitions_def_name, missing)
+
+
+def sensor_ticks(
+    instance: Any, defs: Any, resources: dict[str, Any], cursor: str | None, new: int
+) -> tuple[dict[str, Any], str | None]:
+    """Ticks of the landing sensor until ``new`` captures are registered."""
+    import dagster as dg
+    from dagster._core.storage.dagster_run import RunsFilter
+    from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+
+    sensor = defs.get_sensor_def("landing_sensor")
+    ticks: list[dict[str, float]] = []
+    registered = 0
+    start = time.perf_counter()
+    while registered < new:
+        t0 = time.perf_counter()
+        # as the code server builds it: with an instance ref, so the run requests' partition
+        # keys are checked against the instance (build_sensor_context skips that)
+        context = dg.SensorEvaluationContext(
+            instance_ref=instance.get_ref(),
+            cursor=cursor,
+            instance=instance,
+            sensor_name=sensor.name,
+            resources=resources,
+            definitions=defs,
+        )
+        data = sensor.evaluate_tick(context)
+        t1 = time.perf_counter()
+        daemon_apply_partition_requests(instance, data.dynamic_partitions_requests or [])
+        run_keys = [r.run_key for r in data.run_requests or [] if r.run_key]
+        if run_keys:  # the daemon's duplicate check: runs already launched for these keys
+            instance.get_runs(
+                filters=RunsFilter(tags={SENSOR_NAME_TAG: sensor.name, RUN_KEY_TAG: run_keys})
+            )
+        t2 = time.perf_counter()
+        cursor = data.cursor
+        added = sum(len(r.partition_keys) for r in data.dynamic_partitions_requests or [])
+        if not added:
+            raise RuntimeError("landing sensor registered nothing; landing folder empty?")
+        registered += added
+        ticks.append(
+            {
+                "captures": added,
+                "run_requests": len(data.run_requests or []),
+                "evaluate_s": round(t1 - t0, 3),
+                "daemon_s": round(t2 - t1, 3),
+            }
+        )
+    total = time.perf_counter() - start
+    return {
+        "sensor_tick_s": round(total, 3),
+        "sensor_ticks": len(ticks),
+        "sensor_runs_requested": sum(t["run_requests"] for t in ticks),
+        "sensor_tick_detail": ticks,
+    }, cursor
+
+
+# ---------------------------------------------------------------- runs and automation
+
+
+def chunk_run_start(instance: Any, defs: Any, keys: Sequence[str]) -> float:
+    """Seconds from launching a ranged run over ``keys`` to its first step starting."""
+    import dagster as dg
+
+    from ego_assets.defs.ingest import raw_capture
+
+    job = defs.resolve_job_def("capture_job")
+    tags = {
+        "dagster/asset_partition_range_start": keys[0],
+        "dagster/asset_partition_range_end": keys[-1],
+    }
+    start = time.time()
+    result = job.execute_in_process(
+        instance=instance, tags=tags, raise_on_error=False, asset_selection=[raw_capture.key]
+    )
+    (step_start,) = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.STEP_START)
+    return step_start.timestamp - start
+
+
+def stale_code_ticks(instance: Any, defs: Any, size: int, max_automation: int) -> dict[str, Any]:
+    """Two ticks of ``stale_code_sensor`` (the first records the code versions, the second
+    is the steady state). An automation-condition sensor is evaluated as its daemon does
+    (``evaluate_automation_conditions``), a plain sensor with ``evaluate_tick``; the
+    automation evaluation is skipped above ``max_automation`` captures (its cost grows
+    with them, see the figures below that size)."""
+    import dagster as dg
+
+    from ego_assets.defs.automation import STALE_TARGET
+
+    sensor = defs.get_sensor_def("stale_code_sensor")
+    automation = isinstance(sensor, dg.AutomationConditionSensorDefinition)
+    if automation and size > max_automation:
+        return {"stale_code_tick_s": None, "stale_code_skipped": f"> {max_automation} captures"}
+    t0 = time.perf_counter()
+    if automation:
+        first = dg.evaluate_automation_conditions(
+            defs=defs, instance=instance, asset_selection=STALE_TARGET
+        )
+        t1 = time.perf_counter()
+        second = dg.evaluate_automation_conditions(
+            defs=defs, instance=instance, asset_selection=STALE_TARGET, cursor=first.cursor
+        )
+        requested = second.total_requested
+    else:
+        context = dg.SensorEvaluationContext(
+            instance_ref=instance.get_ref(), instance=instance, definitions=defs
+        )
+        data = sensor.evaluate_tick(context)
+        t1 = time.perf_counter()
+        context = dg.SensorEvaluationContext(
+            instance_ref=instance.get_ref(),
+            instance=instance,
+            definitions=defs,
+            cursor=data.cursor,
+        )
+        requested = len(sensor.evaluate_tick(context).run_requests or [])
+    t2 = time.perf_counter()
+    return {
+        "stale_code_first_tick_s": round(t1 - t0, 3),
+        "stale_code_tick_s": round(t2 - t1, 3),
+        "stale_code_requested": requested,
+    }
+
+
+# ---------------------------------------------------------------- webserver, UI, daemon
+
+
+def rss_mb(pid: int) -> dict[str, float]:
+    """Current and peak resident memory of ``pid`` (MB), from /proc."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            out[name] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+def children_rss_mb(pid: int) -> float:
+    """Peak RSS (MB) summed over the direct children of ``pid`` (code servers)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(FileNotFoundError):
+                total += rss_mb(int(child)).get("VmHWM", 0.0)
+    return round(total, 1)
+
+
+class GraphQL:
+    """POSTs GraphQL documents to a webserver; records each call's wall time."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/") + "/graphql"
+
+    def __call__(self, query: str, variables: dict[str, Any] | None = None) -> tuple[Any, float]:
+        body = json.dumps({"query": query, "variables": variables or {}}).encode()
+        request = urllib.request.Request(
+            self.url, data=body, headers={"Content-Type": "application/json"}
+        )
+        start = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=900) as response:
+            payload = response.read()
+        elapsed = time.perf_counter() - start
+        data = json.loads(payload)
+        if data.get("errors"):
+            raise RuntimeError(f"GraphQL errors: {str(data['errors'])[:500]}")
+        return data["data"], elapsed
+
+
+def best_of(call: Callable[[], float], repeat: int) -> tuple[float, list[float]]:
+    times = [call() for _ in range(repeat)]
+    return min(times), times
+
+
+LAUNCH_BACKFILL = """
+mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $backfillParams) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on Error { message }
+  }
+}
+"""
+
+SENSOR_TICKS = """
+query SensorTicks($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) {
+    __typename
+    ... on Sensor { sensorState { ticks(limit: 50) { status timestamp endTimestamp runIds } } }
+  }
+}
+"""
+
+
+def launch_backfill(
+    gql: GraphQL, keys: Sequence[str], asset_names: Sequence[str]
+) -> tuple[str, float]:
+    params = {
+        "partitionNames": list(keys),
+        "assetSelection": [{"path": [name]} for name in asset_names],
+        "fromFailure": False,
+        "title": f"bench scale: {len(keys)} captures",
+    }
+    data, elapsed = gql(LAUNCH_BACKFILL, {"backfillParams": params})
+    result = data["launchPartitionBackfill"]
+    if result["__typename"] != "LaunchBackfillSuccess":
+        raise RuntimeError(f"backfill launch failed: {result}")
+    return result["backfillId"], elapsed
+
+
+def sensor_tick_times(gql: GraphQL, sensor_name: str) -> list[dict[str, Any]]:
+    """Finished ticks of a sensor (oldest first): duration and runs launched."""
+    selector = {
+        "repositoryLocationName": "ego_assets",
+        "repositoryName": "__repository__",
+        "sensorName": sensor_name,
+    }
+    data, _ = gql(SENSOR_TICKS, {"selector": selector})
+    state = data["sensorOrError"].get("sensorState") or {}
+    ticks = [t for t in state.get("ticks", []) if t["endTimestamp"]]
+    return [
+        {
+            "status": t["status"],
+            "duration_s": round(t["endTimestamp"] - t["timestamp"], 2),
+            "runs": len(t["runIds"]),
+        }
+        for t in reversed(ticks)
+    ]
+
+
+class Browser:
+    """Headless Chromium (selenium) recording the GraphQL documents the UI posts."""
+
+    CHROMIUM = Path("/usr/bin/chromium")
+    DRIVER = Path("/usr/bin/chromedriver")
+
+    def __init__(self, profile: Path) -> None:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        options = webdriver.ChromeOptions()
+        options.binary_location = str(self.CHROMIUM)
+        for arg in (
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--window-size=1600,1000",
+            f"--user-data-dir={profile}",
+        ):
+            options.add_argument(arg)
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+        self.driver = webdriver.Chrome(options=options, service=Service(str(self.DRIVER)))
+        self.driver.set_page_load_timeout(900)
+
+    @classmethod
+    def available(cls) -> bool:
+        return cls.CHROMIUM.exists() and cls.DRIVER.exists()
+
+    def graphql_posts(self) -> list[dict[str, Any]]:
+        """GraphQL bodies posted since the last call (operationName, query, variables)."""
+        posts = []
+        for entry in self.driver.get_log("performance"):
+            message = json.loads(entry["message"])["message"]
+            if message.get("method") != "Network.requestWillBeSent":
+                continue
+            request = message["params"]["request"]
+            if request.get("method") == "POST" and "/graphql" in request.get("url", ""):
+                with contextlib.suppress(KeyError, ValueError):
+                    posts.append(json.loads(request["postData"]))
+        return posts
+
+    def wait_text(self, *needles: str, timeout_s: float = 900) -> float:
+        """Seconds until the page's text holds every needle."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        start = time.perf_counter()
+        WebDriverWait(self.driver, timeout_s, poll_frequency=0.1).until(
+            lambda d: all(n in d.find_element(By.TAG_NAME, "body").text for n in needles),
+            message=f"page never showed {needles}",
+        )
+        return time.perf_counter() - start
+
+    def load(self, url: str, *needles: str) -> float:
+        start = time.perf_counter()
+        self.driver.get(url)
+        self.wait_text(*needles)
+        return time.perf_counter() - start
+
+    def open_materialize_dialog(self) -> float:
+        """Click the asset page's Materialize button; seconds until the dialog lists partitions."""
+        from selenium.webdriver.common.by import By
+
+        for skip in self.driver.find_elements(By.XPATH, "//button[normalize-space()='Skip']"):
+            skip.click()
+        buttons = [
+            b
+            for b in self.driver.find_elements(By.TAG_NAME, "button")
+            if b.text.strip().startswith("Materialize") and "all" not in b.text
+        ]
+        if not buttons:
+            raise RuntimeError("no Materialize button on the asset page")
+        start = time.perf_counter()
+        buttons[0].click()
+        self.wait_text("Launch")
+        return time.perf_counter() - start
+
+    def quit(self) -> None:
+        self.driver.quit()
+
+
+def ui_figures(
+    url: str, gql: GraphQL, profile: Path, size: int, repeat: int, browser: bool
+) -> dict[str, Any]:
+    """Asset page + materialize dialog: the browser's own load, then the UI's GraphQL
+    documents replayed (best of ``repeat``)."""
+    out: dict[str, Any] = {}
+    documents: dict[str, dict[str, Any]] = {}
+    if browser and Browser.available():
+        chrome = Browser(profile)
+        try:
+            page = f"{url}/assets/raw_capture?view=partitions"
+            out["ui_asset_page_browser_cold_s"] = round(chrome.load(page, "Partitions"), 2)
+            for post in chrome.graphql_posts():
+                documents.setdefault(post.get("operationName") or "?", post)
+            out["ui_asset_page_browser_s"] = round(chrome.load(page, "Partitions"), 2)
+            chrome.graphql_posts()
+            try:
+                out["ui_materialize_dialog_browser_s"] = round(chrome.open_materialize_dialog(), 2)
+            except Exception as exc:  # a UI change must not lose the run
+                out["ui_materialize_dialog_browser_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            for post in chrome.graphql_posts():
+                name = post.get("operationName") or "?"
+                documents.setdefault(f"dialog:{name}", post)
+        finally:
+            chrome.quit()
+    out["ui_graphql_operations"] = sorted(documents)
+    for wanted, label in (
+        ("PartitionHealthQuery", "ui_partition_status_s"),
+        ("AssetViewDefinitionQuery", "ui_asset_definition_s"),
+        ("dialog:LaunchAssetLoaderQuery", "ui_materialize_dialog_loader_s"),
+    ):
+        post = documents.get(wanted) or documents.get(wanted.removeprefix("dialog:"))
+        if post is None:
+            continue
+
+        def call(p: dict[str, Any] = post) -> float:
+            return gql(p["query"], p.get("variables"))[1]
+
+        best, times = best_of(call, repeat)
+        out[label] = round(best, 3)
+        out[f"{label}_runs"] = [round(t, 3) for t in times]
+    return out
+
+
+# ---------------------------------------------------------------- one size, all sizes
+
+
+def _wait_http(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5) as response:
+            if response.status == 200:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} not up after {timeout_s} s")
+
+
+def per_capture_assets(defs: Any) -> list[Any]:
+    """Asset keys of every per-capture (partitioned) asset, in graph order."""
+    graph = defs.resolve_asset_graph()
+    return [k for k in graph.toposorted_asset_keys if graph.get(k).partitions_def is not None]
+
+
+class Bench:
+    """One growing instance measured at each size."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        home: Path,
+        db: str,
+        repeat: int,
+        browser: bool,
+        daemon_s: float,
+        max_automation: int,
+    ) -> None:
+        import dagster as dg
+
+        from ego_assets.definitions import build_defs
+        from ego_assets.defs.resources import StorageResource
+
+        self.tmp, self.home, self.db, self.repeat = tmp, home, db, repeat
+        self.browser, self.daemon_s, self.max_automation = browser, daemon_s, max_automation
+        self.data = tmp / "data"
+        self.landing = self.data / "landing"
+        self.landing.mkdir(parents=True)
+        self.storage = StorageResource(root=str(self.data))
+        self.defs = build_defs(self.storage)
+        self.assets = per_capture_assets(self.defs)
+        self.instance = dg.DagsterInstance.from_config(str(home))
+        self.registered = 0  # captures registered so far (seeded + landed)
+        self.next_index = 0
+        self.cursor: str | None = None
+
+    def env(self) -> dict[str, str]:
+        return {
+            "DAGSTER_HOME": str(self.home),
+            "EGO_DATA_DIR": str(self.data),
+            "EGO_SENSOR_INTERVAL_S": "5",
+            "DAGSTER_DISABLE_TELEMETRY": "1",
+        }
+
+    def measure(self, size: int) -> dict[str, Any]:
+        from ego_assets.defs.episodes import BACKFILL_CHUNK
+        from ego_assets_tests.processes import daemon_args, free_port, start, stop, webserver_args
+
+        out: dict[str, Any] = {"episodes": size}
+        count = max(0, size - self.registered)
+        log.info("size %d: seeding %d captures x %d assets", size, count, len(self.assets))
+        out["seed"] = seed(
+            self.instance, self.db, self.next_index, self.next_index + count, self.assets
+        )
+        seeded_end = self.next_index + count
+        self.next_index, self.registered = seeded_end, self.registered + count
+        log.info("size %d: seeded %s", size, out["seed"])
+
+        land(self.landing, self.next_index, NEW_CAPTURES)
+        ticks, self.cursor = sensor_ticks(
+            self.instance, self.defs, {"storage": self.storage}, self.cursor, NEW_CAPTURES
+        )
+        self.next_index += NEW_CAPTURES
+        self.registered += NEW_CAPTURES
+        out.update(ticks)
+        log.info("size %d: sensor %.2f s", size, out["sensor_tick_s"])
+
+        chunk = [capture_key(i) for i in range(seeded_end - BACKFILL_CHUNK, seeded_end)]
+        out["chunk_run_start_s"] = round(
+            min(chunk_run_start(self.instance, self.defs, chunk) for _ in range(self.repeat)), 3
+        )
+        log.info("size %d: chunk run start %.2f s", size, out["chunk_run_start_s"])
+        out.update(stale_code_ticks(self.instance, self.defs, size, self.max_automation))
+        log.info("size %d: stale-code tick %s s", size, out["stale_code_tick_s"])
+
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        gql = GraphQL(url)
+        web = start("dagster-webserver", webserver_args(port), self.env(), self.tmp)
+        services = [web]
+        try:
+            _wait_http(f"{url}/server_info", 300)
+            out.update(
+                ui_figures(url, gql, self.tmp / f"chrome-{size}", size, self.repeat, self.browser)
+            )
+            log.info("size %d: partition status %s s", size, out.get("ui_partition_status_s"))
+            keys = [capture_key(i) for i in range(seeded_end - BACKFILL_EPISODES, seeded_end)]
+            names = [k.to_user_string() for k in self.assets]
+            backfill_id, out["backfill_launch_s"] = launch_backfill(gql, keys, names)
+            log.info("size %d: backfill launch %.2f s", size, out["backfill_launch_s"])
+            web_mem = rss_mb(web.process.pid)
+            out["webserver_rss_mb"] = web_mem["VmHWM"]
+            out["webserver_code_server_rss_mb"] = children_rss_mb(web.process.pid)
+            if self.daemon_s > 0:
+                land(self.landing, self.next_index, NEW_CAPTURES)
+                last = capture_key(self.next_index + NEW_CAPTURES - 1)
+                self.next_index += NEW_CAPTURES
+                self.registered += NEW_CAPTURES
+                daemon = start("dagster-daemon", daemon_args(), self.env(), self.tmp)
+                services.append(daemon)
+                out.update(self._daemon_phase(gql, daemon.process.pid, backfill_id, last))
+            self._cancel_backfill(gql, backfill_id)
+        finally:
+            stop(services)
+        return out
+
+    def _daemon_phase(self, gql: GraphQL, pid: int, backfill_id: str, last: str) -> dict[str, Any]:
+        """Daemon with the landing sensor, the stale-code sensor and the backfill running."""
+        from dagster._core.storage.dagster_run import RunsFilter
+
+        from ego_assets.defs.episodes import BACKFILL_CHUNK
+        from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
+
+        root_runs = BACKFILL_EPISODES // BACKFILL_CHUNK
+        start = time.monotonic()
+        deadline = start + self.daemon_s
+        registered_at = first_run_at = all_root_at = None
+        while time.monotonic() < deadline:
+            now = time.monotonic() - start
+            if registered_at is None and self.instance.has_dynamic_partition(
+                CAPTURES_PARTITIONS_NAME, last
+            ):
+                registered_at = now
+            runs = self.instance.get_runs_count(RunsFilter(tags={"dagster/backfill": backfill_id}))
+            if runs and first_run_at is None:
+                first_run_at = now
+            if runs >= root_runs and all_root_at is None:
+                all_root_at = now
+            if registered_at is not None and all_root_at is not None and now > 90:
+                break
+            time.sleep(2)
+        out: dict[str, Any] = {
+            "daemon_landing_registered_s": registered_at and round(registered_at, 1),
+            "daemon_backfill_first_run_s": first_run_at and round(first_run_at, 1),
+            "daemon_backfill_root_runs_s": all_root_at and round(all_root_at, 1),
+            "daemon_backfill_root_runs": root_runs,
+        }
+        out["daemon_landing_ticks"] = sensor_tick_times(gql, "landing_sensor")
+        out["daemon_stale_code_ticks"] = sensor_tick_times(gql, "stale_code_sensor")
+        out["daemon_rss_mb"] = rss_mb(pid)["VmHWM"]
+        out["daemon_code_server_rss_mb"] = children_rss_mb(pid)
+        return out
+
+    @staticmethod
+    def _cancel_backfill(gql: GraphQL, backfill_id: str) -> None:
+        gql(
+            "mutation C($id: String!) { cancelPartitionBackfill(backfillId: $id) { __typename } }",
+            {"id": backfill_id},
+        )
+
+    def close(self) -> None:
+        self.instance.dispose()
+
+
+def run(
+    sizes: Sequence[int], repeat: int, browser: bool, daemon_s: float, max_automation: int
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"sizes": {}, "targets": TARGETS, "new_captures": NEW_CAPTURES}
+    with tempfile.TemporaryDirectory(prefix="ego-bench-scale-") as tmp_name:
+        tmp = Path(tmp_name)
+        with postgres_home(tmp / "home") as (home, db):
+            result["database"] = db
+            bench = Bench(tmp, home, db, repeat, browser, daemon_s, max_automation)
+            try:
+                for size in sorted(sizes):
+                    result["sizes"][str(size)] = bench.measure(size)
+                    log.info("%s", json.dumps(result["sizes"][str(size)], default=str)[:2000])
+            finally:
+                bench.close()
+    return result
+
+
+ROWS = (
+    ("sensor_tick_s", "landing sensor, 1,000 new captures (s)"),
+    ("ui_partition_status_s", "UI partition status query (s)"),
+    ("ui_asset_definition_s", "UI asset definition query (s)"),
+    ("ui_materialize_dialog_loader_s", "UI materialize dialog loader (s)"),
+    ("ui_asset_page_browser_cold_s", "asset page in Chromium, cold (s)"),
+    ("ui_asset_page_browser_s", "asset page in Chromium, warm (s)"),
+    ("ui_materialize_dialog_browser_s", "materialize dialog in Chromium (s)"),
+    ("backfill_launch_s", "launch 10,000-capture backfill (s)"),
+    ("daemon_backfill_root_runs_s", "daemon: backfill's first 200 runs queued (s)"),
+    ("chunk_run_start_s", "chunk run: launch to first step (s)"),
+    ("stale_code_tick_s", "stale-code sensor tick (s)"),
+    ("webserver_rss_mb", "webserver peak RSS (MB)"),
+    ("daemon_rss_mb", "daemon peak RSS (MB)"),
+)
+
+
+def table(result: dict[str, Any]) -> str:
+    sizes = list(result["sizes"])
+    width = max(len(label) for _, label in ROWS)
+    lines = [f"{'':<{width}}  " + "  ".join(f"{int(s):>10,}" for s in sizes)]
+    for key, label in ROWS:
+        cells = []
+        for s in sizes:
+            value = result["sizes"][s].get(key)
+            cells.append(f"{value:>10}" if value is not None else f"{'-':>10}")
+        target = TARGETS.get(key)
+        lines.append(
+            f"{label:<{width}}  " + "  ".join(cells) + (f"  (<= {target})" if target else "")
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench scale", description=__doc__)
+    parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    parser.add_argument("--episodes", default="10000,100000,1000000", help="sizes, comma-separated")
+    parser.add_argument("--repeat", type=int, default=3, help="warm repeats (best counts)")
+    parser.add_argument("--no-browser", action="store_true", help="skip headless Chromium")
+    parser.add_argument(
+        "--daemon-s", type=float, default=300, help="daemon phase length cap, s (0: skip it)"
+    )
+    parser.add_argument(
+        "--max-automation-episodes",
+        type=int,
+        default=100_000,
+        help="largest size at which an automation-condition stale-code sensor is evaluated",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("dagster").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+    sizes = [int(s.replace("_", "")) for s in args.episodes.split(",") if s.strip()]
+    result = run(
+        sizes, args.repeat, not args.no_browser, args.daemon_s, args.max_automation_episodes
+    )
+    report(table(result), result, args.json)
+    return 0
