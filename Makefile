@@ -79,6 +79,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench orchestration --json bench/results/orchestration.json
 	$(BIN)/python -m bench holos --json bench/results/holos.json
 	$(BIN)/python -m bench egosmith --json bench/results/egosmith.json
+	$(BIN)/python -m bench api --json bench/results/api.json
 
 clean:
 	rm -rf data .dagster_home

@@ -29,11 +29,13 @@ from typing import Any
 
 from upath import UPath
 
+from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
 from ego_assets.formats.ceres_lerobot import CODE_VERSION, FORMAT_NAME, shard_name, write_shard
 from ego_assets.formats.ceres_merge import MERGE_FILE, MERGE_VERSION, merge_shards
 from ego_assets.pipeline import LINEAGE_FILE, StepResult, stored_gate
-from ego_assets.storage import Storage, raw_capture_dir
+from ego_assets.progress import READ_TASK, WRITE_TASK, report
+from ego_assets.storage import Storage
 from ego_assets.trajectory.store import read_trajectory
 
 SHARDS_DIR = "shards"
@@ -56,7 +58,7 @@ def stored_lineage(storage: Storage, key: str) -> dict[str, Any] | None:
 
 
 def export_episode(
-    storage: Storage, key: str, episode_index: int, gate_data_version: str
+    storage: Storage, key: str, episode_index: int, gate_data_version: str, *, force: bool = False
 ) -> StepResult:
     """Write (or reuse) the CERES shard of ``key``; see the module docstring.
 
@@ -65,25 +67,35 @@ def export_episode(
         key: capture key; its gate must allow the export (checked by the caller).
         episode_index: the capture's stable index (`EpisodeIndexRegistry.index_for`).
         gate_data_version: ``data_version`` of the gate that allowed the export.
+        force: write the shard again even when the stored one is current.
     """
     version = f"{CODE_VERSION}:{gate_data_version}"
     lineage = stored_lineage(storage, key)
     target = export_root(storage, key)
     shard = f"{SHARDS_DIR}/{shard_name(episode_index)}"
-    if lineage and lineage["data_version"] == version and lineage["episode_index"] == episode_index:
+    if (
+        not force
+        and lineage
+        and lineage["data_version"] == version
+        and lineage["episode_index"] == episode_index
+    ):
         if read_receipt(storage, RECEIPT_FORMAT, key) is None:  # killed before the receipt
             with storage.read_dir(target / shard) as folder:
                 write_receipt(storage, _receipt(storage, key, target / shard, folder, version))
         return StepResult(key, version, True, _figures(lineage))
+    report(READ_TASK, 0, 1)
     with (
         storage.read_dir(storage.stage_path("trajectory", key)) as trajectory_dir,
         storage.read_dir(raw_capture_dir(storage.stage_path("raw", key))) as raw_dir,
         storage.write_to(target, index_file=LINEAGE_FILE) as stage,
     ):
         trajectory = read_trajectory(trajectory_dir)
+        report(READ_TASK, 1, 1)
         folder = stage / shard
         folder.mkdir(parents=True)
+        report(WRITE_TASK, 0, 1)
         summary = write_shard(trajectory, raw_dir, episode_index, folder)
+        report(WRITE_TASK, 1, 1)
         lineage = {
             "data_version": version,
             "episode_index": episode_index,

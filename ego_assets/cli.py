@@ -129,8 +129,7 @@ def _capture_folder(path: Path) -> Path:
     """The folder holding a capture's files: ``path`` itself, or ``path/capture`` for a
     raw copy made by the platform (``raw/<key>`` with its manifest)."""
     from ego_assets.capture.files import MARKER_FILE
-    from ego_assets.storage import RAW_MANIFEST_FILE as MANIFEST_FILE
-    from ego_assets.storage import raw_capture_dir
+    from ego_assets.capture.manifest import MANIFEST_FILE, raw_capture_dir
 
     _existing_folder(path, "capture folder")
     inner = raw_capture_dir(path)
@@ -482,9 +481,37 @@ def build_parser() -> argparse.ArgumentParser:
     catalog.add_argument("--sql", help="run this query on the catalog and print the result")
     catalog.add_argument("--build", action="store_true", help="stage rows and dbt build first")
     catalog.set_defaults(func=_catalog)
+
+    serve = sub.add_parser("serve", help="serve the export API and captures page (docs/api.md)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on")
+    serve.add_argument("--config", help="API configuration TOML (default: $EGO_API_CONFIG)")
+    serve.add_argument(
+        "--dagster-url",
+        default=os.environ.get("EGO_DAGSTER_URL", "http://127.0.0.1:3000"),
+        help="the Dagster webserver that launches runs ($EGO_DAGSTER_URL)",
+    )
+    serve.add_argument(
+        "--hash-token",
+        metavar="TOKEN",
+        help="print the configuration entry (sha256:...) for TOKEN and exit",
+    )
+    serve.set_defaults(func=_serve)
     for command in sub.choices.values():
         command.formatter_class = _HelpFormatter
     return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from ego_assets.api.config import hash_token
+
+    if args.hash_token:
+        print(hash_token(args.hash_token))
+        return 0
+    from ego_assets.api.app import serve_from_env
+
+    serve_from_env(args.host, args.port, args.config, args.dagster_url)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

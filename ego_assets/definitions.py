@@ -9,10 +9,11 @@ import dagster as dg
 from ego_assets.defs.aggregates import AGGREGATES
 from ego_assets.defs.automation import stale_code_sensor, with_stale_code_automation
 from ego_assets.defs.catalog import CATALOG_RESOURCES, catalog_assets
-from ego_assets.defs.ceres import CERES_ASSETS
-from ego_assets.defs.egosmith import EGOSMITH_ASSETS
+from ego_assets.defs.ceres import CERES_ASSETS, ceres_episode
+from ego_assets.defs.egosmith import EGOSMITH_ASSETS, egosmith_shards
 from ego_assets.defs.episodes import apply_run_worker_env
 from ego_assets.defs.executors import executor_from_env
+from ego_assets.defs.exports import build_export_jobs
 from ego_assets.defs.holos import holos_hdf5
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
@@ -35,6 +36,8 @@ ASSETS = [
     *CERES_ASSETS,
 ]
 ASSETS += catalog_assets(ASSETS)  # the dataset catalog reads every asset above
+# One on-demand job per exporter (launched by the export API, `ego_assets.api`).
+EXPORT_JOBS = build_export_jobs([holos_hdf5, ceres_episode, egosmith_shards])
 
 # read by Dagster in whichever process executes a run (see RUN_WORKER_ENV)
 apply_run_worker_env(os.environ)
@@ -48,7 +51,7 @@ def build_defs(
     """Definitions with the given storage (tests and the demo pass their own)."""
     return dg.Definitions(
         assets=with_stale_code_automation(ASSETS),
-        jobs=[capture_job, aggregates_job],
+        jobs=[capture_job, aggregates_job, *EXPORT_JOBS],
         schedules=[nightly_aggregates],
         sensors=[build_landing_sensor(sensor_interval), stale_code_sensor],
         resources={"storage": storage, **CATALOG_RESOURCES},

@@ -22,10 +22,12 @@ from pathlib import Path
 
 from upath import UPath
 
+from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.catalog.receipts import make_receipt, write_receipt
 from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION, FORMAT_NAME, write_file
 from ego_assets.pipeline import StepResult, require_export_gate
-from ego_assets.storage import Storage, is_local, raw_capture_dir
+from ego_assets.progress import READ_TASK, report
+from ego_assets.storage import Storage, is_local
 from ego_assets.trajectory.store import read_trajectory
 
 NOTES_FILE = "export_notes.json"
@@ -70,8 +72,12 @@ def stored_notes(storage: Storage, key: str) -> dict | None:
     return json.loads(path.read_text())
 
 
-def export_holos_hdf5(storage: Storage, key: str, *, decode_frames: bool = False) -> StepResult:
+def export_holos_hdf5(
+    storage: Storage, key: str, *, decode_frames: bool = False, force: bool = False
+) -> StepResult:
     """Check the gate, then write (or reuse) the Holos HDF5 export of ``key``.
+
+    ``force`` writes the file again even when the stored export is current.
 
     Raises:
         ExportBlockedError: the export policy blocks this episode (nothing written).
@@ -80,15 +86,18 @@ def export_holos_hdf5(storage: Storage, key: str, *, decode_frames: bool = False
     version = export_version(gate.data_version, decode_frames)
     target = export_dir(storage, key)
     notes = stored_notes(storage, key)
-    if notes is not None and notes.get("data_version") == version:
+    if not force and notes is not None and notes.get("data_version") == version:
         return StepResult(key, version, True, _figures(target, key, notes))
     clear_leftovers(target)
+    report(READ_TASK, 0, 2)
     with storage.read_dir(storage.stage_path("trajectory", key)) as folder:
         trajectory = read_trajectory(folder)
+    report(READ_TASK, 1, 2)
     with (
         storage.read_dir(raw_capture_dir(storage.stage_path("raw", key))) as raw_dir,
         storage.write_to(target, index_file=NOTES_FILE) as stage,
     ):
+        report(READ_TASK, 2, 2)
         local = stage / file_name(key)
         written = write_file(trajectory, raw_dir, local, decode_frames=decode_frames)
         notes = {**json.loads(written.to_json()), "data_version": version, "file": local.name}

@@ -74,6 +74,11 @@ def ingest_raw(storage: Storage, key: str) -> StepResult:
     return StepResult(key, manifest.content_sha256, False, _raw_figures(manifest))
 
 
+def trajectory_version(raw_content_sha256: str) -> str:
+    """Data version of the trajectory normalized from raw content ``raw_content_sha256``."""
+    return f"{NORMALIZER_VERSION}:{raw_content_sha256}"
+
+
 def _raw_figures(manifest: RawManifest) -> dict[str, float | int | str]:
     return {"kind": manifest.kind, "files": len(manifest.files), "bytes": manifest.total_bytes}
 
@@ -82,7 +87,7 @@ def normalize(storage: Storage, key: str) -> StepResult:
     """Read ``raw/<key>`` into the canonical model and store it in ``trajectory/<key>``."""
     raw = storage.stage_path("raw", key)
     manifest = RawManifest.from_json((raw / MANIFEST_FILE).read_text())
-    version = f"{NORMALIZER_VERSION}:{manifest.content_sha256}"
+    version = trajectory_version(manifest.content_sha256)
     lineage_path = storage.stage_path("trajectory", key) / LINEAGE_FILE
     if (
         lineage_path.exists()
@@ -126,8 +131,31 @@ def _quality_data_version(storage: Storage, key: str) -> tuple[str, tuple]:
     """(data version of ``quality/<key>``, the episode's waivers)."""
     lineage = json.loads((storage.stage_path("trajectory", key) / LINEAGE_FILE).read_text())
     waivers = waivers_for(read_waivers(storage), key)
-    version = f"{quality_version()}:{lineage['data_version']}:waivers-{waivers_digest(waivers)}"
-    return version, waivers
+    return _gate_version(quality_version(), lineage["data_version"], waivers), waivers
+
+
+def _gate_version(quality_code: str, trajectory: str, waivers: tuple) -> str:
+    return f"{quality_code}:{trajectory}:waivers-{waivers_digest(waivers)}"
+
+
+def expected_gate_version(
+    storage: Storage, key: str, quality_code: str | None = None
+) -> str | None:
+    """The gate data version of ``key`` once trajectory and gate follow the raw copy now.
+
+    Built from the raw manifest's content hash, the normalizer and quality code versions
+    and the episode's waivers, without reading the trajectory or the gate: an export
+    whose receipt names another ``input_data_version`` is stale (e.g. the capture was
+    copied again with an edited transcript). None when there is no raw copy.
+    ``quality_code``: `quality_version` computed once by a long-lived caller.
+    """
+    path = storage.stage_path("raw", key) / MANIFEST_FILE
+    if not path.exists():
+        return None
+    manifest = RawManifest.from_json(path.read_text())
+    waivers = waivers_for(read_waivers(storage), key)
+    version = trajectory_version(manifest.content_sha256)
+    return _gate_version(quality_code or quality_version(), version, waivers)
 
 
 def assess_quality(storage: Storage, key: str) -> StepResult:

@@ -32,3 +32,30 @@ def report(task: str, done: int, total: int) -> None:
     listener = _listener.get()
     if listener is not None:
         listener(task, done, total)
+
+
+# The phases of an export step, reported by the exporters as tasks: reading the stored
+# trajectory and raw media (local copies on S3), writing the artefact, uploading it.
+READ_TASK = "read"
+WRITE_TASK = "write"
+UPLOAD_TASK = "upload"
+# Share of an export each phase spans in `export_fraction` (reading and uploading are one
+# step each; writing reports its own units, e.g. sections or frames).
+EXPORT_PHASES: dict[str, tuple[float, float]] = {
+    READ_TASK: (0.0, 0.1),
+    WRITE_TASK: (0.1, 0.9),
+    UPLOAD_TASK: (0.9, 1.0),
+}
+
+
+def export_fraction(task: str, done: int, total: int) -> float | None:
+    """Overall 0-1 progress of an export from one report of one of its phases.
+
+    None for a task that is not an export phase (e.g. hashing while reading).
+    """
+    span = EXPORT_PHASES.get(task)
+    if span is None:
+        return None
+    start, end = span
+    share = min(max(done / total, 0.0), 1.0) if total > 0 else 1.0
+    return start + (end - start) * share

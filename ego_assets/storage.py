@@ -34,26 +34,13 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from upath import UPath
 
 from ego_assets.keys import validate_capture_key
+from ego_assets.progress import UPLOAD_TASK, report
 from ego_assets.trajectory.store import atomic_directory, write_file_atomic
-
-# The raw copy's layout, ``raw/<key>/``: the platform's manifest (its index file) beside
-# ``capture/``, the capture's own files unchanged. Exporters, the viewer and the catalog
-# locate an episode's files through these names, never through the capture package.
-RAW_MANIFEST_FILE = "manifest.json"
-RAW_CAPTURE_DIR = "capture"
-
-_P = TypeVar("_P", Path, UPath)  # local paths and storage (S3) paths alike
-
-
-def raw_capture_dir(raw: _P) -> _P:
-    """The folder holding the capture's own files inside the raw copy ``raw/<key>``."""
-    return raw / RAW_CAPTURE_DIR
-
 
 STAGES = ("raw", "trajectory", "quality", "exports", "catalog")
 LOCAL_PROTOCOLS = ("", "file", "local")
@@ -127,15 +114,23 @@ class Storage:
 
     @contextmanager
     def write_to(self, target: UPath, *, index_file: str | None = None) -> Iterator[Path]:
-        """`write_dir` for any folder below the root (e.g. an `export_path`)."""
+        """`write_dir` for any folder below the root (e.g. an `export_path`).
+
+        Publishing the folder (a rename locally, the upload on S3) is reported as
+        `UPLOAD_TASK` progress (`ego_assets.progress`).
+        """
         if is_local(target):
             with atomic_directory(Path(target.path)) as tmp:
                 yield tmp
+                report(UPLOAD_TASK, 0, 1)
+            report(UPLOAD_TASK, 1, 1)
             return
         with tempfile.TemporaryDirectory(prefix="ego-write-") as tmp_name:
             tmp = Path(tmp_name)
             yield tmp
+            report(UPLOAD_TASK, 0, 1)
             upload_tree(tmp, target, index_file)
+            report(UPLOAD_TASK, 1, 1)
 
     def write_file(self, location: UPath, data: bytes) -> None:
         """Replace the single file ``location`` with ``data`` atomically.

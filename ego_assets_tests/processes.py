@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psycopg2
 import pytest
+import yaml
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +75,30 @@ def pg_env(db_name: str) -> dict[str, str]:
     }
 
 
-def write_dagster_home(home: Path) -> Path:
-    """``home`` with the deployment's instance config (infra/dagster.yaml) as dagster.yaml."""
+def write_dagster_home(home: Path, *, s3_compute_logs: bool = False) -> Path:
+    """``home`` with the deployment's instance config (infra/dagster.yaml) as dagster.yaml.
+
+    Without ``s3_compute_logs`` the S3 compute log manager is left out (step logs stay
+    local), so a test needs no bucket for them; with it the environment must carry
+    `compute_logs_env`.
+    """
     home.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(INFRA / "dagster.yaml", home / "dagster.yaml")
+    if s3_compute_logs:
+        shutil.copyfile(INFRA / "dagster.yaml", home / "dagster.yaml")
+        return home
+    config = yaml.safe_load((INFRA / "dagster.yaml").read_text())
+    config.pop("compute_logs", None)
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return home
+
+
+def compute_logs_env(bucket: str, endpoint_url: str, prefix: str = "compute-logs") -> dict:
+    """The variables infra/dagster.yaml's S3 compute logs read, for ``s3://bucket``."""
+    return {
+        "DAGSTER_COMPUTE_LOGS_BUCKET": bucket.removeprefix("s3://"),
+        "DAGSTER_COMPUTE_LOGS_PREFIX": prefix,
+        "AWS_ENDPOINT_URL_S3": endpoint_url,
+    }
 
 
 def free_port() -> int:

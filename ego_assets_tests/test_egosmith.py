@@ -20,7 +20,7 @@ import webdataset as wds
 from scipy.spatial.transform import Rotation
 
 from ego_assets import pipeline
-from ego_assets.capture.manifest import write_marker
+from ego_assets.capture.manifest import raw_capture_dir, write_marker
 from ego_assets.cli import main
 from ego_assets.defs.demo import aria_fixture_dir
 from ego_assets.formats import egosmith_constants as C
@@ -34,7 +34,7 @@ from ego_assets.formats.egosmith_export import (
 from ego_assets.formats.egosmith_loader import split_shards, window_dataset
 from ego_assets.formats.egosmith_reader import is_egosmith_path, iter_shard, validate_path
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions, parse_key
-from ego_assets.storage import Storage, raw_capture_dir
+from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets.synth.video import WRIST_RGB
 from ego_assets.trajectory.joints import FINGERTIPS

@@ -67,6 +67,20 @@ def test_instance_config_names_every_connection_setting_by_env_var() -> None:
     assert local["DAGSTER_PG_HOST"] == "127.0.0.1" and local["DAGSTER_PG_PORT"] == "5432"
 
 
+def test_compute_logs_go_to_s3_in_the_instance_and_the_helm_values() -> None:
+    logs = _load("dagster.yaml")["compute_logs"]
+    assert (logs["module"], logs["class"]) == (
+        "dagster_aws.s3.compute_log_manager",
+        "S3ComputeLogManager",
+    )
+    assert logs["config"]["bucket"] == {"env": "DAGSTER_COMPUTE_LOGS_BUCKET"}
+    assert logs["config"]["prefix"] == {"env": "DAGSTER_COMPUTE_LOGS_PREFIX"}
+    helm = _load("helm/values.yaml")["computeLogManager"]
+    assert helm["type"] == "S3ComputeLogManager"
+    assert helm["config"]["s3ComputeLogManager"]["bucket"]
+    # reading a run's logs back from S3: ego_assets_tests/test_api.py
+
+
 def test_instance_opens_on_a_fresh_postgres_database_with_the_single_writer_pool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -119,6 +133,9 @@ def test_compose_file_wires_postgres_s3_code_server_webserver_and_daemon() -> No
         assert env["DAGSTER_PG_HOST"] == "postgres", name
         assert env["EGO_DATA_DIR"].startswith("s3://"), name
         assert env["EGO_S3_ENDPOINT_URL"] == "http://s3:9000", name
+        # step logs in the same MinIO (infra/dagster.yaml compute_logs)
+        assert env["DAGSTER_COMPUTE_LOGS_BUCKET"] == "ego", name
+        assert env["AWS_ENDPOINT_URL_S3"] == env["EGO_S3_ENDPOINT_URL"], name
         assert "dagster-storage" in service["volumes"][0], name
     assert services["init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert services["init"]["depends_on"]["s3"]["condition"] == "service_healthy"

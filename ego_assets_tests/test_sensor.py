@@ -64,14 +64,3 @@ def test_sensor_skips_invalid_folder_names_without_requesting_them(tmp_path):
         result, context = _evaluate(tmp_path, instance)
         assert isinstance(result, dg.SkipReason)
         assert context.cursor is not None
-
-
-def test_a_landed_capture_runs_every_per_capture_asset_all_three_exports_included(tmp_path):
-    from ego_assets.definitions import ASSETS
-    from ego_assets_tests.test_celery_scaleout import CAPTURE_JOB_ASSETS
-
-    job = build_defs(StorageResource(root=str(tmp_path))).resolve_job_def("capture_job")
-    in_job = {key.to_user_string() for key in job.asset_layer.executable_asset_keys}
-    per_capture = {a.key.to_user_string() for a in ASSETS if a.partitions_def is not None}
-    assert in_job == per_capture == set(CAPTURE_JOB_ASSETS)
-    assert {"holos_hdf5", "egosmith_shards", "ceres_episode"} <= in_job

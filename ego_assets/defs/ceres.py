@@ -10,10 +10,12 @@ export): a blocked capture gets no shard and is recorded as blocked (see `episod
 from collections.abc import Iterator
 
 import dagster as dg
+from pydantic import Field
 
 from ego_assets import ceres_export, pipeline
 from ego_assets.defs.aggregates import AGGREGATES_GROUP
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
+from ego_assets.defs.exports import run_progress
 from ego_assets.defs.ingest import trajectory
 from ego_assets.defs.k8s import k8s_resources
 from ego_assets.defs.partitions import captures_partitions
@@ -26,6 +28,12 @@ from ego_assets.formats.ceres_merge import MERGE_VERSION
 
 # Decodes/encodes one camera stream and holds one episode's rows (410 floats per frame).
 CERES_TAGS = k8s_resources("1", "3Gi")
+
+
+class CeresConfig(dg.Config):
+    """Options of the per-episode CERES export."""
+
+    force: bool = Field(default=False, description="write the shard again even when current")
 
 
 @dg.asset(
@@ -43,16 +51,19 @@ CERES_TAGS = k8s_resources("1", "3Gi")
     ),
 )
 def ceres_episode(
-    context: dg.AssetExecutionContext, storage: StorageResource
+    context: dg.AssetExecutionContext, storage: StorageResource, config: CeresConfig
 ) -> Iterator[AssetEvent]:
     store = storage.get_storage()
     registry = EpisodeIndexRegistry(store)
 
     def step(key: str) -> pipeline.StepResult:
         gate = pipeline.require_export_gate(store, key, ceres_export.POLICY_EXPORT)
-        return ceres_export.export_episode(store, key, registry.index_for(key), gate.data_version)
+        return ceres_export.export_episode(
+            store, key, registry.index_for(key), gate.data_version, force=config.force
+        )
 
-    yield from materialize_each(context, step)
+    with run_progress(context):
+        yield from materialize_each(context, step)
 
 
 @dg.asset(

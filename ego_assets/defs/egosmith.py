@@ -19,6 +19,7 @@ from pydantic import Field
 from ego_assets import pipeline
 from ego_assets.defs.aggregates import AGGREGATES_GROUP
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
+from ego_assets.defs.exports import run_progress
 from ego_assets.defs.ingest import trajectory
 from ego_assets.defs.k8s import k8s_resources
 from ego_assets.defs.partitions import captures_partitions
@@ -50,6 +51,9 @@ class EgoSmithConfig(dg.Config):
     jpeg_quality: int = Field(default=egosmith.DEFAULT_JPEG_QUALITY, description="1-100")
     export_depth: bool = Field(default=False, description="write depth.npy when there is depth")
     val_fraction: float = Field(default=0.1, description="share of episodes in the val split")
+    force: bool = Field(
+        default=False, description="egosmith_shards: write the episode again even when current"
+    )
 
     def options(self) -> egosmith.EgoSmithOptions:
         return egosmith.EgoSmithOptions(
@@ -85,9 +89,12 @@ def egosmith_shards(
 
     def step(key: str) -> pipeline.StepResult:
         gate = pipeline.require_export_gate(store, key, POLICY_EXPORT)
-        return export_episode(store, key, registry.index_for(key), options, gate.data_version)
+        return export_episode(
+            store, key, registry.index_for(key), options, gate.data_version, force=config.force
+        )
 
-    yield from materialize_each(context, step)
+    with run_progress(context):
+        yield from materialize_each(context, step)
 
 
 @dg.asset(

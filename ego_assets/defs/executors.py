@@ -10,6 +10,8 @@
   -y <same broker/backend yaml>`` process executes; the workers load this same code
   location (same image, same env) and share the instance (Postgres) and the storage (S3).
 * ``k8s``: `dagster_k8s.k8s_job_executor`, one pod per step.
+* ``in_process``: every step in the run worker's own process (no process per step: the
+  code location is imported once per run; small boxes and the API's end-to-end tests).
 
 Kubernetes uses the same code location unchanged: the Helm chart's ``K8sRunLauncher``
 starts one pod per run (per backfill chunk) from the code-location image with the same
@@ -42,8 +44,10 @@ def executor_from_env(env: Mapping[str, str]) -> dg.ExecutorDefinition | None:
             },
             name="ego_celery_executor",
         )
+    if name == "in_process":
+        return dg.in_process_executor
     if name == "k8s":
         from dagster_k8s import k8s_job_executor
 
         return k8s_job_executor
-    raise ValueError(f"{EXECUTOR_ENV}={name!r}: expected default, celery or k8s")
+    raise ValueError(f"{EXECUTOR_ENV}={name!r}: expected default, in_process, celery or k8s")

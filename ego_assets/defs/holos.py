@@ -16,6 +16,7 @@ from pydantic import Field
 from ego_assets import holos_export
 from ego_assets.defs.egosmith import EXPORTS_GROUP
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_result, run_each
+from ego_assets.defs.exports import run_progress
 from ego_assets.defs.ingest import trajectory
 from ego_assets.defs.k8s import k8s_resources
 from ego_assets.defs.partitions import captures_partitions
@@ -35,6 +36,7 @@ class HolosConfig(dg.Config):
         default=False,
         description="also write decoded video frames (uint8, one per chunk) and frame indices",
     )
+    force: bool = Field(default=False, description="write the file again even when current")
 
 
 def _metadata(store: Storage, key: str) -> dict[str, Any]:
@@ -66,8 +68,11 @@ def holos_hdf5(
     context: dg.AssetExecutionContext, config: HolosConfig, storage: StorageResource
 ) -> Iterator[AssetEvent]:
     store = storage.get_storage()
-    results = run_each(
-        context,
-        lambda key: holos_export.export_holos_hdf5(store, key, decode_frames=config.decode_frames),
-    )
+    with run_progress(context):
+        results = run_each(
+            context,
+            lambda key: holos_export.export_holos_hdf5(
+                store, key, decode_frames=config.decode_frames, force=config.force
+            ),
+        )
     yield from materialize_result(context, results, extra=lambda key: _metadata(store, key))

@@ -23,6 +23,7 @@ from typing import Any
 
 from upath import UPath
 
+from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
@@ -39,7 +40,8 @@ from ego_assets.formats.egosmith_webdataset import (
     write_episode,
 )
 from ego_assets.pipeline import LINEAGE_FILE, StepResult
-from ego_assets.storage import Storage, is_local, raw_capture_dir
+from ego_assets.progress import READ_TASK, report
+from ego_assets.storage import Storage, is_local
 from ego_assets.trajectory.store import read_trajectory
 
 EPISODES_FORMAT = "egosmith"
@@ -115,6 +117,8 @@ def export_episode(
     episode_index: int,
     options: EgoSmithOptions | None = None,
     gate_version: str | None = None,
+    *,
+    force: bool = False,
 ) -> StepResult:
     """Write ``exports/egosmith/<key>`` from the stored trajectory and raw media.
 
@@ -122,13 +126,13 @@ def export_episode(
     ``gate_version``: a written episode then gets its export receipt
     (`ego_assets.catalog.receipts`, format ``egosmith_shards``). A capture without a
     head camera is recorded as skipped (``episode.json`` with ``status == "skipped"``
-    and the reason) and gets no receipt.
+    and the reason) and gets no receipt. ``force`` writes it again even when current.
     """
     options = options or EgoSmithOptions()
     version = episode_data_version(storage, key, episode_index, options)
     target = episode_path(storage, key)
     existing = stored_episode(storage, key)
-    if existing is not None and existing.data_version == version:
+    if not force and existing is not None and existing.data_version == version:
         if existing.status == "written" and gate_version is not None:
             receipt = read_receipt(storage, RECEIPT_FORMAT, key)
             if receipt is None or receipt.input_data_version != gate_version:
@@ -136,8 +140,10 @@ def export_episode(
                     write_receipt(storage, _receipt(storage, key, target, folder, gate_version))
         return StepResult(key, version, True, _figures(existing))
     remove_leftovers(target)
+    report(READ_TASK, 0, 2)
     with storage.read_dir(storage.stage_path("trajectory", key)) as folder:
         trajectory = read_trajectory(folder)
+    report(READ_TASK, 1, 2)
     try:
         camera = head_camera(trajectory)
     except NoHeadCameraError as exc:
@@ -154,6 +160,7 @@ def export_episode(
         if options.export_depth and depth_media is not None:
             depth = (stack.enter_context(storage.read_file(raw / depth_media.path)), depth_media)
         tmp = stack.enter_context(storage.write_to(target, index_file=EPISODE_FILE))
+        report(READ_TASK, 2, 2)
         summary = write_episode(
             trajectory,
             camera,

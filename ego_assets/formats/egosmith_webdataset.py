@@ -43,6 +43,7 @@ import simplejpeg
 
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_lowdim import EpisodeArrays, HeadCamera, episode_arrays
+from ego_assets.progress import WRITE_TASK, report
 from ego_assets.trajectory.model import MediaRef, Trajectory
 
 FORMAT = "egosmith-webdataset"
@@ -417,6 +418,7 @@ def write_episode(
     count = 0
     try:
         for i, jpeg in enumerate(iter_jpeg_frames(video, options.jpeg_quality)):
+            report(WRITE_TASK, i, n)
             if i >= n:
                 raise ValueError(
                     f"capture {trajectory.info.capture_id!r}, file {camera.media.path!r}: "

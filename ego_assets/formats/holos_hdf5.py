@@ -43,6 +43,7 @@ from ego_assets.formats.holos_clock import (
     sample_ranges,
     wrist_delta,
 )
+from ego_assets.progress import WRITE_TASK, report
 from ego_assets.trajectory.joints import JOINT_SETS
 from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.records import to_jsonable
@@ -1310,7 +1311,9 @@ def write_file(
     notes.decode_frames = decode_frames
     history_time = history_time or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     tracks = sort_tracks(trajectory)
+    sections = 7 + int(decode_frames)  # reported as WRITE_TASK progress, one unit each
     with h5py.File(out, "w", track_order=False) as f:
+        report(WRITE_TASK, 0, sections)
         w = _Writer(f, device_clock=trajectory.info.clock == "device")
         _root_attrs(f, trajectory, history_time)
         scales = _root_scales(w, tracks)
@@ -1318,14 +1321,21 @@ def write_file(
         notes.samples = len(demo.ns)
         notes.master_clock = demo.master.description
         _robomimic_groups(w, trajectory, notes.samples)
+        report(WRITE_TASK, 1, sections)
         demo.write()
+        report(WRITE_TASK, 2, sections)
         placed = _Raw(w, trajectory, tracks, scales, notes).write()
+        report(WRITE_TASK, 3, sections)
         _annotations(w, trajectory, demo.time_s, notes)
         _files(w, trajectory, raw_dir, notes)
+        report(WRITE_TASK, 4, sections)
         _media(w, trajectory, raw_dir, notes)
+        report(WRITE_TASK, 5, sections)
         if decode_frames:
             _decode_frames(w, trajectory, raw_dir, placed, demo, notes)
+            report(WRITE_TASK, 6, sections)
         demo.next_obs()
+    report(WRITE_TASK, sections, sections)
     return notes
 
 

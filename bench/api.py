@@ -1,0 +1,247 @@
+"""Export API under load: ``python -m bench api [--json FILE] [--clients 200] [--seconds 60]``.
+
+A deployment on this machine: a fresh Postgres database with infra/dagster.yaml's
+instance (queued run coordinator), dagster-daemon, dagster-webserver and
+``ego-assets serve`` on loopback, over a local data folder holding ``--captures``
+prepared captures (ingested, normalized, judged; not exported). Then, for ``--seconds``:
+
+* ``--clients`` concurrent clients (one asyncio loop, aiohttp, one connection each) poll
+  ``GET /captures/<id>/export-<format>`` round-robin over every capture and format,
+  waiting ``--interval`` seconds between their requests (a page or a toast polling);
+* meanwhile exports run: every capture's HDF5, LeRobot and WebDataset export is asked for
+  (POST), and each finished one is asked again with ``force`` so runs keep going for the
+  whole window (queued by the coordinator, executed by the daemon's run workers).
+
+Reported: GET latency p50/p90/p99/max (ms, client side, from send to the full body),
+requests, rate, errors (non-200 answers and failed connections), export runs finished.
+Target: p99 <= 50 ms. The client and the servers share the machine's cores, so the
+figures include that contention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import name_value_table, report
+
+log = logging.getLogger("bench.api")
+TOKEN = "bench-token"
+ROUTES = ("export-hdf5", "export-lerobot", "export-webdataset")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _load(
+    url: str, paths: list[str], clients: int, seconds: float, interval: float
+) -> tuple[list[float], int, dict[str, int]]:
+    import aiohttp
+
+    latencies: list[float] = []
+    errors = 0
+    statuses: dict[str, int] = {}
+    stop_at = time.monotonic() + seconds
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    async def client(index: int) -> None:
+        nonlocal errors
+        connector = aiohttp.TCPConnector(limit=1)
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(
+            url, connector=connector, headers=headers, timeout=timeout
+        ) as session:
+            await asyncio.sleep(interval * index / clients)  # spread the first requests
+            n = index
+            while time.monotonic() < stop_at:
+                path = paths[n % len(paths)]
+                n += 1
+                started = time.perf_counter()
+                try:
+                    async with session.get(path) as response:
+                        body = await response.json()
+                        elapsed = (time.perf_counter() - started) * 1000
+                        if response.status != 200:
+                            errors += 1
+                        else:
+                            latencies.append(elapsed)
+                            statuses[body["status"]] = statuses.get(body["status"], 0) + 1
+                except (aiohttp.ClientError, TimeoutError):
+                    errors += 1
+                await asyncio.sleep(interval)
+
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    return latencies, errors, statuses
+
+
+def _post(url: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+async def _keep_exporting(url: str, paths: list[str], stop_at: float) -> int:
+    """POST every export; re-POST with force whenever one is ready; count finished runs."""
+    finished = 0
+    pending: dict[str, str] = {}
+    loop = asyncio.get_running_loop()
+    for path in paths:
+        status, body = await loop.run_in_executor(None, _post, url, path, {})
+        pending[path] = body.get("runId") or ""
+    while time.monotonic() < stop_at:
+        await asyncio.sleep(2.0)
+        for path in paths:
+            status, body = await loop.run_in_executor(None, _post, url, path, {"force": True})
+            if status == 202:
+                finished += 1 if pending.get(path) else 0
+                pending[path] = body["runId"]
+    return finished
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench api", description=__doc__)
+    parser.add_argument("--json", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--interval", type=float, default=0.5, help="pause between polls (s)")
+    parser.add_argument("--captures", type=int, default=4)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    result = run(args.clients, args.seconds, args.interval, args.captures)
+    table = name_value_table([(k, str(v)) for k, v in result.items()])
+    report(table, result, args.json)
+    return 0
+
+
+def run(clients: int, seconds: float, interval: float, captures: int) -> dict[str, Any]:
+    import dagster as dg
+
+    from ego_assets import pipeline
+    from ego_assets.api.config import hash_token
+    from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
+    from ego_assets.storage import Storage
+    from ego_assets.synth import synthesize
+    from ego_assets_tests.processes import (
+        BIN,
+        daemon_args,
+        free_port,
+        fresh_database,
+        pg_env,
+        require_postgres,
+        start,
+        stop,
+        wait_http_ok,
+        webserver_args,
+        write_dagster_home,
+    )
+
+    require_postgres()
+    with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp_name:
+        tmp = Path(tmp_name)
+        data = tmp / "data"
+        keys = [f"bench-{i:03d}" for i in range(captures)]
+        for i, key in enumerate(keys):
+            kind = "holos-visionpro" if i % 2 == 0 else "webxr"
+            synthesize(kind, data / "landing" / key, seconds=3.0, seed=i, capture_id=key)
+            storage = Storage(data)
+            pipeline.ingest_raw(storage, key)
+            pipeline.normalize(storage, key)
+            pipeline.assess_quality(storage, key)
+        config = tmp / "api.toml"
+        config.write_text(
+            '[organizations.bench]\ncaptures = ["bench-*"]\n'
+            f'[organizations.bench.tokens]\nbench = "{hash_token(TOKEN)}"\n'
+        )
+        with fresh_database("ego_bench_api") as db_name:
+            home = write_dagster_home(tmp / "dagster_home")
+            env = {
+                **pg_env(db_name),
+                "DAGSTER_HOME": str(home),
+                "EGO_DATA_DIR": str(data),
+                "EGO_SENSOR_INTERVAL_S": "3600",
+                "EGO_EXECUTOR": "in_process",
+            }
+            with contextlib.ExitStack() as stack:
+                for name, value in env.items():
+                    stack.enter_context(_env(name, value))
+                instance = dg.DagsterInstance.from_config(str(home))
+                instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, keys)
+            services = []
+            try:
+                web_port, api_port = free_port(), free_port()
+                services.append(start("dagster-daemon", daemon_args(), env, tmp))
+                web = start("dagster-webserver", webserver_args(web_port), env, tmp)
+                services.append(web)
+                serve = [str(BIN / "ego-assets"), "serve", "--port", str(api_port)]
+                serve += ["--config", str(config), "--dagster-url", f"http://127.0.0.1:{web_port}"]
+                server = start("ego-assets-serve", serve, env, tmp)
+                services.append(server)
+                wait_http_ok(f"http://127.0.0.1:{web_port}/server_info", web, 300)
+                url = f"http://127.0.0.1:{api_port}"
+                wait_http_ok(f"{url}/healthz", server, 120)
+                paths = [f"/captures/{k}/{r}" for k in keys for r in ROUTES]
+                latencies, errors, statuses, runs = asyncio.run(
+                    _measure(url, paths, clients, seconds, interval)
+                )
+            finally:
+                stop(services)
+                instance.dispose()
+    return {
+        "clients": clients,
+        "seconds": seconds,
+        "interval_s": interval,
+        "requests": len(latencies) + errors,
+        "rate_per_s": round((len(latencies) + errors) / seconds, 1),
+        "p50_ms": round(statistics.median(latencies), 2),
+        "p90_ms": round(_percentile(latencies, 0.90), 2),
+        "p99_ms": round(_percentile(latencies, 0.99), 2),
+        "max_ms": round(max(latencies), 2),
+        "errors": errors,
+        "statuses_seen": statuses,
+        "export_runs_finished": runs,
+    }
+
+
+async def _measure(
+    url: str, paths: list[str], clients: int, seconds: float, interval: float
+) -> tuple[list[float], int, dict[str, int], int]:
+    stop_at = time.monotonic() + seconds
+    exporting = asyncio.create_task(_keep_exporting(url, paths, stop_at))
+    latencies, errors, statuses = await _load(url, paths, clients, seconds, interval)
+    runs = await exporting
+    return latencies, errors, statuses, runs
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old

@@ -1,0 +1,327 @@
+"""The export API and captures page (FastAPI): see docs/api.md for every route.
+
+``create_app(service, config, presigner)`` builds the ASGI app; ``ego-assets serve``
+(`serve`) builds the service from the environment and runs it under uvicorn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+
+from ego_assets.api.config import ApiConfig, Caller, hash_token
+from ego_assets.api.links import LinkSigner, Presigner, is_file
+from ego_assets.api.page import captures_rows, login_page, render_page
+from ego_assets.api.service import ExportService, ExportState
+from ego_assets.catalog.receipts import ExportReceipt, read_receipt
+from ego_assets.defs.exports import EXPORT_ROUTES, ExportTarget, export_target
+from ego_assets.errors import CaptureKeyError
+from ego_assets.storage import is_local
+
+access_log = logging.getLogger("ego_assets.api.access")
+SESSION_COOKIE = "ego_session"
+SESSION_TTL_S = 12 * 3600
+# What the captures page sends with every API call it makes with its session cookie (a
+# cross-site form or image cannot set a header, so a cookie alone never exports).
+PAGE_HEADER = "x-ego-page"
+
+
+class ExportRequest(BaseModel):
+    """Body of ``POST .../export-lerobot`` and ``.../export-webdataset``."""
+
+    model_config = ConfigDict(extra="forbid")
+    force: bool = Field(default=False, description="export again even when a current one exists")
+
+
+class Hdf5ExportRequest(ExportRequest):
+    """Body of ``POST .../export-hdf5``."""
+
+    decodeFrames: bool = Field(default=False, description="also write decoded video frames")
+
+
+class _Sessions:
+    """Signed page sessions: ``<token digest>.<expiry>.<hmac>`` in an HttpOnly cookie."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def _sig(self, digest: str, expires: int) -> str:
+        return hmac.new(self._secret, f"{digest}.{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def make(self, token: str) -> str:
+        expires = int(time.time()) + SESSION_TTL_S
+        digest = hash_token(token).removeprefix("sha256:")
+        return f"{digest}.{expires}.{self._sig(digest, expires)}"
+
+    def digest(self, cookie: str) -> str | None:
+        parts = cookie.split(".")
+        if len(parts) != 3 or not parts[1].isdigit():
+            return None
+        digest, expires, sig = parts[0], int(parts[1]), parts[2]
+        if not hmac.compare_digest(sig, self._sig(digest, expires)) or expires < time.time():
+            return None
+        return digest
+
+
+def create_app(
+    service: ExportService, config: ApiConfig, presigner: Presigner | None = None
+) -> FastAPI:
+    """The ASGI app over ``service`` (presigned S3 links when ``presigner`` is given)."""
+    app = FastAPI(
+        title="ego_assets export API",
+        description="Ask for a capture's export, follow its Dagster run, download the file.",
+        version="1",
+    )
+    signer = LinkSigner(config.link_secret, config.link_ttl_s)
+    sessions = _Sessions(config.link_secret)
+
+    def caller_of(request: Request, *, page: bool = False) -> Caller | None:
+        header = request.headers.get("authorization", "")
+        if header[:7].lower() == "bearer ":
+            return config.caller(header[7:].strip())
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if cookie and (page or request.headers.get(PAGE_HEADER)):
+            digest = sessions.digest(cookie)
+            return config.tokens.get(f"sha256:{digest}") if digest else None
+        return None
+
+    @app.middleware("http")
+    async def log_requests(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        caller = getattr(request.state, "caller", None)
+        access_log.info(
+            "%s %s %d token=%s %.1fms",
+            request.method,
+            request.url.path,
+            response.status_code,
+            caller.token_id if caller else "-",
+            (time.perf_counter() - started) * 1000,
+        )
+        return response
+
+    def authorize(request: Request) -> Caller:
+        caller = caller_of(request)
+        if caller is None:
+            raise HTTPException(
+                401, "missing or unknown bearer token", headers={"WWW-Authenticate": "Bearer"}
+            )
+        request.state.caller = caller
+        return caller
+
+    def target_for(caller: Caller, capture_id: str, export_format: str) -> ExportTarget:
+        try:
+            target = export_target(capture_id, export_format)
+        except CaptureKeyError as exc:
+            raise HTTPException(422, f"invalid capture id: {exc}") from exc
+        if not config.owns(caller, target.capture_id):
+            raise HTTPException(404, f"capture {capture_id} not found")
+        return target
+
+    def download_url(receipt: ExportReceipt) -> str:
+        if presigner is not None and is_file(receipt):
+            return presigner.url(receipt)
+        return signer.local_url(receipt.format, receipt.capture_key, receipt.sha256)
+
+    def answer(state: ExportState, status_code: int = 200) -> JSONResponse:
+        return JSONResponse(state.to_json(download_url), status_code=status_code)
+
+    async def state_of(target: ExportTarget) -> ExportState:
+        cached = service.cached_state(target)
+        if cached is not None:
+            return cached
+        return await run_in_threadpool(service.state, target)
+
+    async def known(target: ExportTarget) -> None:
+        if not await run_in_threadpool(service.capture_exists, target.capture_id):
+            raise HTTPException(404, f"capture {target.capture_id} not found")
+
+    for export_format, route in EXPORT_ROUTES.items():
+        body_model: type[ExportRequest] = (
+            Hdf5ExportRequest if export_format == "holos_hdf5" else ExportRequest
+        )
+
+        def make_routes(fmt: str, model: type[ExportRequest], route: str) -> None:
+            @app.get(f"/captures/{{captureId}}/{route}", name=f"get {route}")
+            async def get_export(captureId: str, request: Request) -> JSONResponse:
+                caller = authorize(request)
+                target = target_for(caller, captureId, fmt)
+                if service.cached_state(target) is None:
+                    await known(target)
+                return answer(await state_of(target))
+
+            body_schema = {"content": {"application/json": {"schema": model.model_json_schema()}}}
+
+            @app.post(
+                f"/captures/{{captureId}}/{route}",
+                name=f"post {route}",
+                openapi_extra={"requestBody": {"required": False, **body_schema}},
+            )
+            async def post_export(captureId: str, request: Request) -> JSONResponse:
+                caller = authorize(request)
+                target = target_for(caller, captureId, fmt)
+                raw = await request.body()
+                try:
+                    ask = model.model_validate_json(raw) if raw.strip() else model()
+                except ValidationError as exc:
+                    raise RequestValidationError(exc.errors(include_url=False)) from exc
+                await known(target)
+                options: dict[str, Any] = {}
+                if isinstance(ask, Hdf5ExportRequest):
+                    options["decode_frames"] = ask.decodeFrames
+                queued, state = await run_in_threadpool(
+                    lambda: service.request(target, force=ask.force, options=options)
+                )
+                return answer(state, 202 if queued else 200)
+
+        make_routes(export_format, body_model, route)
+
+    @app.get("/downloads/{fmt}/{captureId}", name="download")
+    async def download(fmt: str, captureId: str, sha256: str, expires: int, sig: str) -> Response:
+        problem = signer.check(fmt, captureId, sha256, expires, sig)
+        if problem is not None:
+            raise HTTPException(403, problem)
+        try:
+            target = export_target(captureId, fmt)
+        except (CaptureKeyError, KeyError) as exc:
+            raise HTTPException(404, str(exc)) from exc
+        receipt = await run_in_threadpool(
+            read_receipt, service.storage, target.format, target.partition_key
+        )
+        if receipt is None or receipt.sha256 != sha256:
+            raise HTTPException(410, "this export was replaced or removed: ask for it again")
+        return await run_in_threadpool(_send, service, receipt)
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse("/captures", status_code=303)
+
+    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
+    async def login_form() -> HTMLResponse:
+        return HTMLResponse(login_page())
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        token = (form.get("token") or [""])[0].strip()
+        if config.caller(token) is None:
+            return HTMLResponse(login_page("unknown token"), status_code=401)
+        response = RedirectResponse("/captures", status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            sessions.make(token),
+            httponly=True,
+            samesite="strict",
+            max_age=SESSION_TTL_S,
+        )
+        return response
+
+    @app.get("/captures", response_class=HTMLResponse, include_in_schema=False)
+    async def captures_page(request: Request) -> Response:
+        caller = caller_of(request, page=True)
+        if caller is None:
+            return RedirectResponse("/login", status_code=303)
+        request.state.caller = caller
+        rows = await run_in_threadpool(captures_rows, service, config, caller, download_url)
+        return HTMLResponse(render_page(caller, rows))
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def _send(service: ExportService, receipt: ExportReceipt) -> Response:
+    """The artefact as a download: the file itself, or a folder as one tar."""
+    from ego_assets.api.links import artefact_name
+
+    storage = service.storage
+    location = storage.root / receipt.path
+    name = artefact_name(receipt)
+    headers = {"X-Content-SHA256": receipt.sha256} if is_file(receipt) else {}
+    if is_file(receipt) and is_local(location):
+        return FileResponse(Path(location.path), filename=name, headers=headers)
+    tmp = Path(tempfile.mkdtemp(prefix="ego-download-"))
+    cleanup = BackgroundTask(shutil.rmtree, tmp, ignore_errors=True)
+    try:
+        if is_file(receipt):
+            with storage.read_file(location) as local:
+                shutil.copyfile(local, tmp / name)
+        else:
+            with storage.read_dir(location) as folder, tarfile.open(tmp / name, "w") as tar:
+                for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+                    tar.add(path, arcname=path.relative_to(folder).as_posix())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return FileResponse(
+        tmp / name,
+        filename=name,
+        media_type="application/octet-stream",
+        headers=headers,
+        background=cleanup,
+    )
+
+
+def serve_from_env(host: str, port: int, config_path: str | None, dagster_url: str) -> None:
+    """Build the service from ``EGO_DATA_DIR``/``DAGSTER_HOME``/the config and serve it."""
+    import uvicorn
+
+    app = build_app_from_env(config_path, dagster_url)
+    uvicorn.run(app, host=host, port=port, access_log=False, log_level="info")
+
+
+def build_app_from_env(config_path: str | None, dagster_url: str) -> FastAPI:
+    import dagster as dg
+
+    from ego_assets.api.config import load_config
+    from ego_assets.api.service import GraphQLLauncher
+    from ego_assets.defs.exports import exporter_code_versions
+    from ego_assets.defs.resources import StorageResource
+
+    config = load_config(config_path)
+    storage = StorageResource(
+        root=os.environ.get("EGO_DATA_DIR", "data"),
+        landing=os.environ.get("EGO_LANDING_DIR") or None,
+        endpoint_url=os.environ.get("EGO_S3_ENDPOINT_URL") or None,
+    ).get_storage()
+    service = ExportService(
+        instance=dg.DagsterInstance.get(),
+        storage=storage,
+        launcher=GraphQLLauncher(dagster_url),
+        code_versions=exporter_code_versions(),
+    )
+    presigner = None if storage.is_local else Presigner(storage, config.link_ttl_s)
+    _log_to_stderr()
+    return create_app(service, config, presigner)
+
+
+def _log_to_stderr() -> None:
+    """The API's own loggers on stderr (uvicorn configures only its own)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("ego_assets.api", access_log.name):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        logger.propagate = False

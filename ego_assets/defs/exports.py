@@ -1,0 +1,140 @@
+"""On-demand exports (what `ego_assets.api` launches): one asset job per export format,
+the capture -> (asset, partition) mapping, and the exporters' progress as run tags.
+
+* ``export_<format>`` jobs select the exporter asset and its per-capture upstream
+  (raw copy, trajectory, quality report). Those steps reuse their stored results when the
+  capture is unchanged (content hashes), so a run costs little more than the export
+  itself; after an edited capture they bring the trajectory and gate up to date first.
+  Runs carry ``ego/export=<format>`` and the partition tag, which is how the API finds
+  them again: it stores nothing of its own.
+* `export_target` is the one place that says which asset and partition an export of a
+  capture is: every caller (the API, its page, the bench) goes through it.
+* `run_progress`: while an exporter step runs on a single capture, every export phase it
+  reports (`ego_assets.progress`: read, write, upload) becomes the run's ``ego/progress``
+  (0-1) and ``ego/phase`` tags, written at most every `PROGRESS_INTERVAL_S` seconds, at
+  each phase change and at each phase's end. The UI shows them with the run; the API
+  reads them with the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import dagster as dg
+
+from ego_assets.defs.partitions import captures_partitions
+from ego_assets.keys import validate_capture_key
+from ego_assets.progress import export_fraction, listening
+
+log = logging.getLogger(__name__)
+
+EXPORT_TAG = "ego/export"
+PROGRESS_TAG = "ego/progress"
+PHASE_TAG = "ego/phase"
+PARTITION_TAG = "dagster/partition"
+PROGRESS_INTERVAL_S = 0.5
+
+# The API's route names for each exporter asset.
+EXPORT_ROUTES = {
+    "holos_hdf5": "export-hdf5",
+    "ceres_episode": "export-lerobot",
+    "egosmith_shards": "export-webdataset",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ExportTarget:
+    """Where the export ``format`` of one capture lives in Dagster."""
+
+    capture_id: str
+    format: str  # exporter asset name, also the receipts' format
+    asset_key: dg.AssetKey
+    partition_key: str
+    job_name: str
+
+
+def export_job_name(export_format: str) -> str:
+    return f"export_{export_format}"
+
+
+def export_target(capture_id: str, export_format: str) -> ExportTarget:
+    """The asset and partition of ``capture_id``'s export in ``export_format``.
+
+    Today one capture is one partition of ``captures`` with the capture id as its key.
+    Raises `CaptureKeyError` for an id that breaks the key rule, KeyError for a format
+    that has no exporter.
+    """
+    if export_format not in EXPORT_ROUTES:
+        raise KeyError(f"no exporter named {export_format!r}; exporters: {sorted(EXPORT_ROUTES)}")
+    key = validate_capture_key(capture_id)
+    return ExportTarget(
+        capture_id=key,
+        format=export_format,
+        asset_key=dg.AssetKey(export_format),
+        partition_key=key,
+        job_name=export_job_name(export_format),
+    )
+
+
+def build_export_jobs(
+    exporters: list[dg.AssetsDefinition],
+) -> list[dg.UnresolvedAssetJobDefinition]:
+    """One ``export_<format>`` job per exporter asset (the asset plus its upstream)."""
+    return [
+        dg.define_asset_job(
+            export_job_name(asset.key.to_user_string()),
+            selection=dg.AssetSelection.assets(asset).upstream(),
+            partitions_def=captures_partitions,
+            tags={EXPORT_TAG: asset.key.to_user_string()},
+            description=(
+                f"One capture's {asset.key.to_user_string()} export on demand (the export "
+                "API): the exporter and its per-capture inputs, reused when unchanged."
+            ),
+        )
+        for asset in exporters
+    ]
+
+
+@contextmanager
+def run_progress(context: dg.AssetExecutionContext) -> Iterator[None]:
+    """Export phases reported inside the block -> the run's progress tags (single capture)."""
+    if context.has_partition_key_range:
+        yield
+        return
+    instance, run_id = context.instance, context.run_id
+    last_at, last_phase = [0.0], [""]
+
+    def listener(task: str, done: int, total: int) -> None:
+        fraction = export_fraction(task, done, total)
+        if fraction is None:
+            return
+        now = time.monotonic()
+        recent = now - last_at[0] < PROGRESS_INTERVAL_S
+        if task == last_phase[0] and recent and done < total:
+            return
+        last_at[0], last_phase[0] = now, task
+        try:
+            instance.add_run_tags(run_id, {PROGRESS_TAG: f"{fraction:.3f}", PHASE_TAG: task})
+        except Exception as exc:  # progress is advisory: never fail an export for it
+            log.warning("run %s: progress not recorded: %s", run_id, exc)
+
+    with listening(listener):
+        yield
+
+
+def exporter_code_versions() -> dict[str, str]:
+    """Each exporter asset's code version now (a receipt with another one is stale)."""
+    from ego_assets.defs.ceres import ceres_episode
+    from ego_assets.defs.egosmith import egosmith_shards
+    from ego_assets.defs.holos import holos_hdf5
+
+    out: dict[str, str] = {}
+    for asset in (holos_hdf5, ceres_episode, egosmith_shards):
+        version = asset.code_versions_by_key.get(asset.key)
+        if version is not None:
+            out[asset.key.to_user_string()] = version
+    return out
