@@ -14,6 +14,8 @@ import h5py
 import numpy as np
 import pytest
 
+from ego_assets.formats import holos_hdf5
+from ego_assets.formats.holos_clock import Rows, hold_rows, same_rows
 from ego_assets.formats.holos_hdf5 import (
     ARKIT_OMITTED,
     CONVENTIONS,
@@ -244,6 +246,48 @@ def test_zero_order_hold_nan_rules_and_the_wrist_delta(tmp_path):
     np.testing.assert_array_equal(actions[3], identity)  # sample 4 missing
     np.testing.assert_array_equal(actions[4], identity)
     np.testing.assert_array_equal(actions[-1], identity)
+
+
+@pytest.mark.parametrize("pick", [None, slice(0, 4), np.array([0, 2, 4]), 3])
+@pytest.mark.parametrize("gather", [False, True])
+@pytest.mark.parametrize("masked", ["none", "rows", "entries"])
+def test_rows_blocks_are_the_held_array(pick, gather, masked):
+    rng = np.random.default_rng(7)
+    position = rng.normal(size=(50, 5, 3)).astype(np.float32)
+    rotation = rng.normal(size=(50, 5, 4))
+    position[3, 1] = np.nan  # a NaN in the source stays NaN
+    index = rng.integers(0, 50, size=37) if gather else np.arange(50)
+    whole = np.concatenate([position.astype(np.float64), rotation], axis=2)
+    whole = whole if pick is None else whole[:, pick]
+    t = len(index)
+    valid = {
+        "none": np.ones(t, bool),
+        "rows": rng.random(t) > 0.3,
+        "entries": rng.random((t, *whole.shape[1:-1])) > 0.3,
+    }[masked]
+    expected = hold_rows(whole, index, valid)
+    rows = Rows(
+        (position, rotation),
+        np.dtype(np.float64),
+        index=same_rows(index),
+        pick=pick,
+        valid=None if valid.all() else valid,
+    )
+    assert (rows.index is None) == (not gather)
+    assert rows.shape == expected.shape
+    np.testing.assert_array_equal(rows.array(), expected)
+    got = np.concatenate([rows.block(a, min(a + 8, t)) for a in range(0, t, 8)])
+    np.testing.assert_array_equal(got, expected)
+    assert got.dtype == np.float64
+
+
+def test_block_size_does_not_change_the_bytes(holos_captures, tmp_path, monkeypatch):
+    folder, trajectory = holos_captures["holos-visionpro"]
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    write_file(trajectory, folder, a, history_time=HISTORY)
+    monkeypatch.setattr(holos_hdf5, "BLOCK_BYTES", 1)  # one chunk per write
+    write_file(trajectory, folder, b, history_time=HISTORY)
+    assert a.read_bytes() == b.read_bytes()
 
 
 def test_same_inputs_same_bytes_except_history(holos_captures, tmp_path):

@@ -44,6 +44,9 @@ class Track:
         return np.concatenate([s.timestamp_ns for s in self.streams])
 
     def field(self, name: str) -> np.ndarray:
+        """The field over all streams (the stream's own array, not a copy, when one)."""
+        if len(self.streams) == 1:
+            return np.asarray(self.streams[0].fields[name])
         return np.concatenate([np.asarray(s.fields[name]) for s in self.streams])
 
     def has_field(self, name: str) -> bool:
@@ -127,11 +130,73 @@ def hold_rows(values: np.ndarray, index: np.ndarray, valid: np.ndarray) -> np.nd
 
     ``valid`` is (T,) or (T, *leading trailing dims*), broadcast against the rows.
     """
-    out = np.asarray(values, dtype=np.float64)[index]
-    mask = np.asarray(valid, dtype=bool)
-    while mask.ndim < out.ndim:
-        mask = mask[..., None]
-    return np.where(mask, out, np.nan)
+    out = np.asarray(values)[index].astype(np.float64, copy=False)
+    out[~np.asarray(valid, dtype=bool)] = np.nan
+    return out
+
+
+def same_rows(index: np.ndarray) -> np.ndarray | None:
+    """``index`` itself, or None when it is ``0 .. T-1`` (the track is on the master clock:
+    its rows can be read as they are, without a gather)."""
+    n = len(index)
+    if n and index[0] == 0 and index[-1] == n - 1 and bool((np.diff(index) == 1).all()):
+        return None
+    return index
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """A (T, ...) array assembled block by block, never whole: ``parts`` joined on their
+    last axis, rows ``index`` of them, ``pick`` on axis 1, NaN where ``valid`` is False.
+
+    The same values as ``hold_rows(np.concatenate(parts, axis=-1)[:, pick], index,
+    valid)`` (cast to ``dtype``), without the full-size temporaries: the writer asks for
+    one chunk-aligned block of rows at a time (`block`).
+
+    Attributes:
+        parts: source arrays (N, *inner, width_i), the same leading axes.
+        dtype: the output dtype.
+        index: (T,) source row of each output row; None: output row t is source row t.
+        pick: selection on axis 1 (a joint subset: a slice, an index array or one index).
+        valid: (T,) or (T, *picked inner) bool; False entries become NaN; None: all valid.
+    """
+
+    parts: tuple[np.ndarray, ...]
+    dtype: np.dtype
+    index: np.ndarray | None = None
+    pick: slice | np.ndarray | int | None = None
+    valid: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        first = self.parts[0]
+        rows = len(first) if self.index is None else len(self.index)
+        inner = first.shape[1:-1] if self.pick is None else first[:0][:, self.pick].shape[1:-1]
+        return (rows, *inner, sum(p.shape[-1] for p in self.parts))
+
+    def block(self, start: int, stop: int) -> np.ndarray:
+        """Output rows ``[start, stop)``."""
+        rows: slice | np.ndarray = (
+            slice(start, stop) if self.index is None else self.index[start:stop]
+        )
+        out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
+        col = 0
+        for part in self.parts:
+            width = part.shape[-1]
+            if self.pick is None:
+                out[..., col : col + width] = part[rows]
+            elif isinstance(self.pick, np.ndarray) and isinstance(rows, np.ndarray):
+                out[..., col : col + width] = part[rows[:, None], self.pick]
+            else:
+                out[..., col : col + width] = part[rows, self.pick]
+            col += width
+        if self.valid is not None:
+            out[~self.valid[start:stop]] = np.nan
+        return out
+
+    def array(self) -> np.ndarray:
+        """All rows at once (small arrays: the wrist of a skeleton)."""
+        return self.block(0, self.shape[0])
 
 
 def wrist_delta(pose: np.ndarray) -> np.ndarray:

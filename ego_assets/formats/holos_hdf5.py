@@ -35,11 +35,13 @@ import numpy as np
 from ego_assets.formats.holos_clock import (
     MAX_AGE_NS,
     MasterClock,
+    Rows,
     Track,
     hold_index,
     hold_rows,
     nearest_index,
     pick_master,
+    same_rows,
     sample_ranges,
     wrist_delta,
 )
@@ -71,6 +73,7 @@ MEDIA_GZIP_LEVEL = 1  # container bytes hardly compress; level 1 keeps the cost 
 TINY_BYTES = 1024  # datasets smaller than this are stored contiguous and unfiltered
 CHUNK_TARGET_BYTES = 64 * 1024  # time-major chunks of about this size (whole rows)
 OBS_CHUNK_ROWS = 64  # at most this many samples per obs chunk (random short windows)
+BLOCK_BYTES = 1 << 20  # assembled (`Rows`) datasets are written this much at a time
 MEDIA_CHUNK_BYTES = 1 << 20
 MEDIA_READ_BYTES = 8 << 20
 FILL = np.nan
@@ -210,32 +213,46 @@ class _Writer:
         return ds
 
     def _create(
-        self, group: h5py.Group, name: str, data: np.ndarray, fill: bool = False
+        self, group: h5py.Group, name: str, data: np.ndarray | Rows, fill: bool = False
     ) -> h5py.Dataset:
-        data = np.ascontiguousarray(data)
+        """A dataset holding ``data``: time-major gzip chunks unless tiny.
+
+        `Rows` are written in blocks of whole chunks (about `BLOCK_BYTES`), each assembled
+        just before it is written, so no full-size copy of the values ever exists.
+        """
+        if not isinstance(data, Rows):
+            data = np.ascontiguousarray(data)
+        shape, dtype = data.shape, np.dtype(data.dtype)
+        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
         kwargs: dict[str, Any] = {}
         if fill:
             kwargs["fillvalue"] = FILL
-        if data.nbytes >= TINY_BYTES and data.shape[0] > 0:
-            row_bytes = data.nbytes // data.shape[0]
-            rows = chunk_rows(row_bytes, data.shape[0])
+        rows = shape[0] if shape else 0
+        if row_bytes * rows >= TINY_BYTES and rows > 0:
+            rows = chunk_rows(row_bytes, shape[0])
             if group.name.endswith("/obs"):  # loaders read short windows of obs
                 rows = min(rows, OBS_CHUNK_ROWS)
-            chunks = (rows, *data.shape[1:])
             kwargs.update(
-                chunks=chunks,
+                chunks=(rows, *shape[1:]),
                 compression="gzip",
                 compression_opts=GZIP_LEVEL,
                 shuffle=True,
                 fletcher32=True,
             )
-        return group.create_dataset(name, data=data, **kwargs)
+        if not isinstance(data, Rows):
+            return group.create_dataset(name, data=data, **kwargs)
+        ds = group.create_dataset(name, shape=shape, dtype=dtype, **kwargs)
+        step = max(1, rows) * max(1, BLOCK_BYTES // max(1, rows * row_bytes))
+        for start in range(0, shape[0], step):
+            stop = min(start + step, shape[0])
+            ds.write_direct(data.block(start, stop), dest_sel=np.s_[start:stop])
+        return ds
 
     def data(
         self,
         group: h5py.Group,
         name: str,
-        values: np.ndarray,
+        values: np.ndarray | Rows,
         dims: Sequence[h5py.Dataset],
         units: str,
         long_name: str,
@@ -245,10 +262,11 @@ class _Writer:
 
         Float datasets get ``_FillValue`` NaN (a stream can be absent at any sample).
         """
-        values = np.asarray(values)
-        if values.dtype == bool:
-            values = values.astype(np.uint8)
-        is_float = values.dtype.kind == "f"
+        if not isinstance(values, Rows):
+            values = np.asarray(values)
+            if values.dtype == bool:
+                values = values.astype(np.uint8)
+        is_float = np.dtype(values.dtype).kind == "f"
         ds = self._create(group, name, values, fill=is_float)
         self.attach(ds, dims)
         ds.attrs["units"] = units
@@ -420,6 +438,15 @@ def _joint_keep(joint_set: str) -> np.ndarray:
     return np.array([i for i, n in enumerate(names) if n in kept], dtype=np.int64)
 
 
+def _joint_pick(joint_set: str) -> slice | np.ndarray:
+    """`_joint_keep` as a slice when the kept joints are one run (ARKit: all but the last),
+    so selecting them is a view rather than a copy."""
+    keep = _joint_keep(joint_set)
+    if len(keep) and bool((np.diff(keep) == 1).all()):
+        return slice(int(keep[0]), int(keep[-1]) + 1)
+    return keep
+
+
 def _track_validity(track: Track) -> np.ndarray:
     for key in ("hand_valid", "valid", "valid_detected"):
         if track.has_field(key):
@@ -427,13 +454,24 @@ def _track_validity(track: Track) -> np.ndarray:
     return np.ones(len(track.timestamp_ns), bool)
 
 
-def _skeleton_pose(track: Track, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(N, J, 7) joint poses and (N, J) joint validity (hand and joint flags)."""
-    pose = np.concatenate([track.field("position"), track.field("rotation")], axis=2)[:, keep]
-    valid = np.repeat(_track_validity(track)[:, None], len(keep), axis=1)
+def _skeleton_rows(
+    track: Track, pick: slice | np.ndarray, index: np.ndarray, held: np.ndarray
+) -> tuple[Rows, np.ndarray]:
+    """(T, J, 7) float64 joint poses of ``track`` held onto the demo clock, NaN where not
+    held or not tracked (hand and joint flags), and the (T, J) validity mask."""
+    valid = (held & _track_validity(track)[index])[:, None]
     if track.has_field("joint_valid"):
-        valid &= track.field("joint_valid")[:, keep].astype(bool)
-    return pose, valid
+        valid = valid & track.field("joint_valid")[index][:, pick].astype(bool)
+    parts = (track.field("position"), track.field("rotation"))
+    valid = np.broadcast_to(valid, (len(index), parts[0][:0, pick].shape[1]))
+    rows = Rows(
+        parts,
+        np.dtype(np.float64),
+        index=same_rows(index),
+        pick=pick,
+        valid=None if valid.all() else valid,
+    )
+    return rows, valid
 
 
 def _landmark_points(track: Track) -> tuple[np.ndarray, np.ndarray]:
@@ -592,7 +630,9 @@ class _Demo(_Section):
         index, held = hold_index(track.timestamp_ns, self.ns)
         return index, held
 
-    def obs_data(self, name: str, values: np.ndarray, dims: list, units: str, long_name: str, **a):
+    def obs_data(
+        self, name: str, values: np.ndarray | Rows, dims: list, units: str, long_name: str, **a
+    ):
         self.w.data(self.obs, name, values, [self.time, *dims], units, long_name, **a)
         self.notes.obs.append(name)
         for scale in dims:
@@ -658,10 +698,9 @@ class _Demo(_Section):
                 if track is None or t.joint_set is None:
                     self.notes.skip(f"obs/{name}", f"no {side} hand skeleton ({frame})")
                     continue
-                keep = _joint_keep(t.joint_set)
-                pose, valid = _skeleton_pose(track, keep)
+                pick = _joint_pick(t.joint_set)
                 index, held = self.hold(track)
-                values = hold_rows(pose, index, held[:, None] & valid[index])
+                values, valid = _skeleton_rows(track, pick, index, held)
                 self.obs_data(
                     name,
                     values,
@@ -673,7 +712,15 @@ class _Demo(_Section):
                 )
                 if frame == "world":
                     wrist = joint_names(t.joint_set).index("wrist")
-                    self.wrists[side] = values[:, wrist, :]
+                    source = int(_joint_keep(t.joint_set)[wrist])
+                    column = valid[:, wrist]
+                    self.wrists[side] = Rows(
+                        values.parts,
+                        values.dtype,
+                        index=values.index,
+                        pick=source,
+                        valid=None if column.all() else column,
+                    ).array()
 
     def _landmarks(self) -> None:
         t = self.tracks
@@ -687,7 +734,8 @@ class _Demo(_Section):
             points, conf = _landmark_points(track)
             index, held = self.hold(track)
             valid = held & _track_validity(track)[index]
-            values = hold_rows(points, index, valid)
+            mask = None if valid.all() else valid
+            values = Rows((points,), np.dtype(np.float64), index=same_rows(index), valid=mask)
             dims = [self.scales["landmark"], self.scales["axis_xyz"]]
             frame = str(track.streams[0].attrs.get("frame", "world"))
             self.obs_data(name, values, dims, "m", f"{side} hand 3D landmarks", frame=frame)
@@ -700,7 +748,9 @@ class _Demo(_Section):
             )
             if side not in self.wrists:
                 wrist = JOINT_SETS[t.landmark_set or ""].index("wrist")
-                self.wrists[side] = values[:, wrist, :]
+                self.wrists[side] = Rows(
+                    values.parts, values.dtype, index=values.index, pick=wrist, valid=mask
+                ).array()
 
     def _objects(self) -> None:
         stream = self.tracks.objects
@@ -930,14 +980,14 @@ class _Raw(_Section):
 
     def _skeleton(self, path: str, stream: Stream) -> None:
         group, time = self.clock(path, stream)
-        joint_set = str(stream.attrs["joint_set"])
-        keep = _joint_keep(joint_set)
-        pose = np.concatenate([stream.fields["position"], stream.fields["rotation"]], axis=2)
+        keep = _joint_pick(str(stream.attrs["joint_set"]))
+        parts = (stream.fields["position"], stream.fields["rotation"])
+        pose = Rows(parts, np.result_type(*parts), pick=keep)
         dims = [time, self.scales["joint"]]
         self.w.data(
             group,
             "joints",
-            pose[:, keep],
+            pose,
             [*dims, self.scales["pose_component"]],
             "m",
             "joint poses as recorded: position m, quaternion xyzw",
