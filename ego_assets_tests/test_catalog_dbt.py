@@ -15,9 +15,11 @@ import pytest
 from ego_assets import pipeline
 from ego_assets.catalog.cli import run_catalog
 from ego_assets.catalog.receipts import (
+    make_receipt,
     read_receipt,
     receipt_location,
     record_export,
+    write_receipt,
 )
 from ego_assets.catalog.sources import stage_rows
 from ego_assets.catalog.warehouse import catalog_database, query, run_dbt
@@ -221,3 +223,38 @@ def test_dagster_builds_the_models_with_tests_as_checks(root):
     assert all(e.passed for e in evaluations)
     with catalog_database(Storage(root), write=False) as db:
         assert _rows(db, "select count(*) n from episodes") == [{"n": 2}]
+
+
+def test_an_episode_the_exporter_skipped_shows_skipped_with_its_reason(root):
+    storage = Storage(root)
+    target = storage.export_path("egosmith_shards", CLEAN)
+    local = Path(target.path)
+    local.mkdir(parents=True)
+    (local / "episode.json").write_text('{"status": "skipped"}\n')
+    gate = pipeline.stored_gate(storage, CLEAN)
+    assert gate is not None
+    reason = "no head-camera video (media kind 'rgb' on a head camera)"
+    receipt = make_receipt(
+        storage,
+        export_format="egosmith_shards",
+        capture_key=CLEAN,
+        location=target,
+        local=local,
+        code_version="egosmith-1",
+        input_data_version=gate.data_version,
+        skipped_reason=reason,
+    )
+    write_receipt(storage, receipt)
+    assert (receipt.status, receipt.reason) == ("skipped", reason)
+    with catalog_database(storage, write=True) as db:
+        stage_rows(storage, db, {"egosmith_shards": "egosmith-1"})
+        run_dbt(["build", "--quiet"], db)
+        episodes = {r["capture_key"]: r for r in _rows(db, "select * from episodes")}
+        assert episodes[CLEAN]["egosmith_shards_state"] == "skipped"
+        assert episodes[CLEAN]["egosmith_shards_skip_reason"] == reason
+        assert episodes[FAULTY]["egosmith_shards_state"] == "blocked"
+        assert episodes[FAULTY]["egosmith_shards_skip_reason"] is None
+        (egosmith,) = _rows(db, "select * from export_coverage where format = 'egosmith_shards'")
+        assert (egosmith["exported"], egosmith["skipped"], egosmith["missing"]) == (0, 1, 0)
+        assert egosmith["skipped_keys"] == [CLEAN]
+        assert egosmith["missing_keys"] == []

@@ -8,6 +8,7 @@ import pytest
 
 from ego_assets.catalog.receipts import (
     RECEIPT_SCHEMA,
+    RECEIPT_VERSION,
     ExportReceipt,
     ReceiptError,
     folder_digest,
@@ -82,7 +83,15 @@ def test_bad_receipts_are_refused_with_the_field_named(tmp_path):
         "input_data_version": "d1",
         "exported_at": WHEN.isoformat(),
     }
-    assert ExportReceipt.from_json(json.dumps(good)).receipt_version == 1
+    # a version-1 body (no status, no reason) reads as an export
+    old = ExportReceipt.from_json(json.dumps(good))
+    assert (old.receipt_version, old.status, old.reason) == (RECEIPT_VERSION, "exported", "")
+    with pytest.raises(ReceiptError, match="status must be one of"):
+        ExportReceipt(**{**good, "status": "lost"})
+    with pytest.raises(ReceiptError, match="a skipped receipt needs a reason"):
+        ExportReceipt(**{**good, "status": "skipped"})
+    with pytest.raises(ReceiptError, match="a skipped receipt needs a reason"):
+        ExportReceipt(**{**good, "reason": "why"})
     with pytest.raises(ReceiptError, match="'sha256' is missing"):
         ExportReceipt.from_json(json.dumps({k: v for k, v in good.items() if k != "sha256"}))
     with pytest.raises(ReceiptError, match="relative to the data root"):

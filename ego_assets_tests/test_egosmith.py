@@ -21,6 +21,7 @@ from scipy.spatial.transform import Rotation
 
 from ego_assets import pipeline
 from ego_assets.capture.manifest import raw_capture_dir, write_marker
+from ego_assets.catalog.receipts import read_receipt
 from ego_assets.cli import main
 from ego_assets.defs.demo import aria_fixture_dir
 from ego_assets.formats import egosmith_constants as C
@@ -284,6 +285,18 @@ def test_capture_without_head_camera_is_recorded_as_skipped(store):
     assert summary is not None and summary.status == "skipped"
     assert "no head-camera video" in summary.reason
     assert _shards(store, "aria") == []
+
+
+def test_a_skipped_episode_gets_a_skipped_receipt_with_its_reason(store):
+    assert read_receipt(store, "egosmith_shards", "aria") is None  # exported without a gate
+    result = export_episode(store, "aria", EPISODES["aria"], OPTIONS, gate_version="gate-1")
+    assert result.reused  # the skip record stands; only its receipt is new
+    receipt = read_receipt(store, "egosmith_shards", "aria")
+    assert receipt is not None
+    assert (receipt.status, receipt.input_data_version) == ("skipped", "gate-1")
+    assert receipt.reason == stored_episode(store, "aria").reason
+    assert "no head-camera video" in receipt.reason
+    assert receipt.path == "exports/egosmith/aria" and receipt.files == 1  # episode.json
 
 
 def test_rerun_reuses_a_finished_episode(store):

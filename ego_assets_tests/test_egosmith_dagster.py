@@ -81,7 +81,12 @@ def test_episodes_export_aria_is_skipped_and_the_dataset_packs(tmp_path, landing
             gate = pipeline.stored_gate(store, key)
             assert gate is not None and receipt.input_data_version == gate.data_version
             assert receipt.files == 1 + len(list((tmp_path / receipt.path).glob("*.tar")))
-        assert read_receipt(store, "egosmith_shards", "aria") is None
+            assert receipt.status == "exported"
+        skipped = read_receipt(store, "egosmith_shards", "aria")  # so the catalog says skipped
+        assert skipped is not None and skipped.status == "skipped"
+        assert skipped.reason == aria["skip_reason"].value
+        aria_gate = pipeline.stored_gate(store, "aria")
+        assert aria_gate is not None and skipped.input_data_version == aria_gate.data_version
         assert events["mano"]["egosmith_shards"]["episode_index"].value == registry.lookup("mano")
         packed = dg.materialize(
             [egosmith_dataset],

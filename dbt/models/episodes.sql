@@ -3,6 +3,7 @@
     materialized='incremental',
     unique_key='capture_key',
     incremental_strategy='delete+insert',
+    on_schema_change='append_new_columns',
     pre_hook="{{ delete_removed_captures() }}",
   )
 }}
@@ -80,9 +81,12 @@ select
     when r_{{ fmt }}.capture_key is null then 'missing'
     when r_{{ fmt }}.input_data_version = g.gate_data_version
          and (f_{{ fmt }}.current_code_version is null
-              or r_{{ fmt }}.code_version = f_{{ fmt }}.current_code_version) then 'exported'
+              or r_{{ fmt }}.code_version = f_{{ fmt }}.current_code_version)
+         then case when r_{{ fmt }}.status = 'skipped' then 'skipped' else 'exported' end
     else 'stale'
   end as {{ fmt }}_state,
+  case when r_{{ fmt }}.status = 'skipped' then r_{{ fmt }}.reason end
+    as {{ fmt }}_skip_reason,
   r_{{ fmt }}.bytes as {{ fmt }}_bytes,
   r_{{ fmt }}.code_version as {{ fmt }}_code_version,
   r_{{ fmt }}.exported_at as {{ fmt }}_exported_at

@@ -23,6 +23,10 @@ field                  meaning
 ``input_data_version`` the data version of what it exported: the episode's quality gate
                        ``data_version`` (quality code + trajectory + waivers)
 ``exported_at``        UTC time of writing, ISO 8601 (the one time field)
+``status``             ``exported``, or ``skipped``: the exporter looked at the episode
+                       and wrote no data for it (e.g. EgoSmith without a head camera);
+                       ``path`` is then the folder holding its skip record
+``reason``             why it was skipped ("" when exported)
 =====================  ==============================================================
 
 Whether an export is *current* or *stale* is not stored: it depends on the present, and
@@ -52,7 +56,8 @@ from ego_assets.keys import validate_capture_key
 from ego_assets.storage import Storage
 
 RECEIPTS_DIR = "receipts"
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2  # 2: status (exported | skipped) and reason
+RECEIPT_STATUSES = ("exported", "skipped")
 # The exporter assets, by name; the catalog has a (possibly empty) model row for each.
 EXPORT_FORMATS = ("holos_hdf5", "ceres_episode", "egosmith_shards")
 # Each format's name in the export policy (ego_assets/quality/policy.toml).
@@ -75,6 +80,8 @@ RECEIPT_SCHEMA = pa.schema(
         ("code_version", pa.string()),
         ("input_data_version", pa.string()),
         ("exported_at", pa.timestamp("us", tz="UTC")),
+        ("status", pa.string()),
+        ("reason", pa.string()),
     ]
 )
 
@@ -97,6 +104,8 @@ class ExportReceipt:
     input_data_version: str
     exported_at: str
     receipt_version: int = RECEIPT_VERSION
+    status: str = "exported"  # version 1 receipts had no status: all were exports
+    reason: str = ""
 
     def __post_init__(self) -> None:
         where = f"receipt {self.format}/{self.capture_key}"
@@ -109,6 +118,10 @@ class ExportReceipt:
             raise ReceiptError(f"{where}: bytes must be >= 0 and files >= 1")
         if len(self.sha256) != 64 or set(self.sha256) - set("0123456789abcdef"):
             raise ReceiptError(f"{where}: sha256 must be 64 lowercase hex digits")
+        if self.status not in RECEIPT_STATUSES:
+            raise ReceiptError(f"{where}: status must be one of {RECEIPT_STATUSES}")
+        if (self.status == "skipped") != bool(self.reason):
+            raise ReceiptError(f"{where}: a skipped receipt needs a reason, an export none")
         if not self.code_version or not self.input_data_version:
             raise ReceiptError(f"{where}: code_version and input_data_version are required")
         try:
@@ -129,7 +142,7 @@ class ExportReceipt:
         except json.JSONDecodeError as exc:
             raise ReceiptError(f"{where}: not JSON ({exc})") from exc
         names = {f.name for f in fields(cls)}
-        missing = sorted(names - set(body) - {"receipt_version"})
+        missing = sorted(names - set(body) - {"receipt_version", "status", "reason"})
         if missing:
             raise ReceiptError(f"{where}: field {missing[0]!r} is missing")
         return cls(**{name: body[name] for name in names if name in body})
@@ -196,6 +209,7 @@ def make_receipt(
     code_version: str,
     input_data_version: str,
     exported_at: dt.datetime | None = None,
+    skipped_reason: str = "",
 ) -> ExportReceipt:
     """The receipt of an artefact written at ``location`` (under the data root).
 
@@ -210,6 +224,8 @@ def make_receipt(
         code_version: the exporter's code version.
         input_data_version: ``Gate.data_version`` of the gate the exporter passed.
         exported_at: default now (UTC).
+        skipped_reason: set when the exporter skipped the episode (status ``skipped``);
+            ``location`` is then what it wrote instead (its skip record).
     """
     size, count, digest = artefact_digest(local)
     stamp = exported_at or dt.datetime.now(dt.UTC)
@@ -223,6 +239,8 @@ def make_receipt(
         code_version=code_version,
         input_data_version=input_data_version,
         exported_at=stamp.astimezone(dt.UTC).isoformat(timespec="microseconds"),
+        status="skipped" if skipped_reason else "exported",
+        reason=skipped_reason,
     )
 
 

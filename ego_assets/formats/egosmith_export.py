@@ -126,18 +126,22 @@ def export_episode(
     ``gate_version``: a written episode then gets its export receipt
     (`ego_assets.catalog.receipts`, format ``egosmith_shards``). A capture without a
     head camera is recorded as skipped (``episode.json`` with ``status == "skipped"``
-    and the reason) and gets no receipt. ``force`` writes it again even when current.
+    and the reason) and gets a receipt with status ``skipped`` and that reason, so the
+    catalog shows it skipped rather than missing. ``force`` writes it again even when
+    current.
     """
     options = options or EgoSmithOptions()
     version = episode_data_version(storage, key, episode_index, options)
     target = episode_path(storage, key)
     existing = stored_episode(storage, key)
     if not force and existing is not None and existing.data_version == version:
-        if existing.status == "written" and gate_version is not None:
+        if gate_version is not None:
             receipt = read_receipt(storage, RECEIPT_FORMAT, key)
             if receipt is None or receipt.input_data_version != gate_version:
                 with storage.read_dir(target) as folder:
-                    write_receipt(storage, _receipt(storage, key, target, folder, gate_version))
+                    write_receipt(
+                        storage, _receipt(storage, key, target, folder, gate_version, existing)
+                    )
         return StepResult(key, version, True, _figures(existing))
     remove_leftovers(target)
     report(READ_TASK, 0, 2)
@@ -148,9 +152,15 @@ def export_episode(
         camera = head_camera(trajectory)
     except NoHeadCameraError as exc:
         text = skipped_episode(key, episode_index, version, str(exc))
+        skipped = EpisodeSummary.from_json(text)
+        skip_receipt = None
         with storage.write_to(target, index_file=EPISODE_FILE) as tmp:
             (tmp / EPISODE_FILE).write_text(text)
-        return StepResult(key, version, False, _figures(EpisodeSummary.from_json(text)))
+            if gate_version is not None:  # the skip record is what the receipt digests
+                skip_receipt = _receipt(storage, key, target, tmp, gate_version, skipped)
+        if skip_receipt is not None:
+            write_receipt(storage, skip_receipt)
+        return StepResult(key, version, False, _figures(skipped))
     raw = raw_capture_dir(storage.stage_path("raw", key))
     depth_media = next((m for m in trajectory.media if m.kind == "depth"), None)
     receipt = None
@@ -179,8 +189,15 @@ def export_episode(
 
 
 def _receipt(
-    storage: Storage, key: str, target: UPath, local: Path, gate_version: str
+    storage: Storage,
+    key: str,
+    target: UPath,
+    local: Path,
+    gate_version: str,
+    summary: EpisodeSummary | None = None,
 ) -> ExportReceipt:
+    """The episode's receipt; status ``skipped`` with the reason for a skipped summary."""
+    skipped = summary is not None and summary.status == "skipped"
     return make_receipt(
         storage,
         export_format=RECEIPT_FORMAT,
@@ -189,6 +206,7 @@ def _receipt(
         local=local,
         code_version=WRITER_VERSION,
         input_data_version=gate_version,
+        skipped_reason=summary.reason if skipped and summary is not None else "",
     )
 
 
