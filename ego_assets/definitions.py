@@ -7,7 +7,7 @@ import os
 import dagster as dg
 
 from ego_assets.defs.aggregates import AGGREGATES
-from ego_assets.defs.automation import stale_code_sensor, with_stale_code_automation
+from ego_assets.defs.automation import stale_code_sensor
 from ego_assets.defs.catalog import CATALOG_RESOURCES, catalog_assets
 from ego_assets.defs.ceres import CERES_ASSETS, ceres_episode
 from ego_assets.defs.egosmith import EGOSMITH_ASSETS, egosmith_shards
@@ -50,7 +50,7 @@ def build_defs(
 ) -> dg.Definitions:
     """Definitions with the given storage (tests and the demo pass their own)."""
     return dg.Definitions(
-        assets=with_stale_code_automation(ASSETS),
+        assets=ASSETS,
         jobs=[capture_job, aggregates_job, *EXPORT_JOBS],
         schedules=[nightly_aggregates],
         sensors=[build_landing_sensor(sensor_interval), stale_code_sensor],

@@ -1,17 +1,16 @@
-"""Staleness automation: a code-version bump re-runs exactly the stale captures, as a backfill."""
+"""Staleness: a code-version bump re-runs exactly the stale captures, as paged backfills."""
+
+import json
 
 import dagster as dg
 import pytest
-from dagster._core.definitions.automation_tick_evaluation_context import build_run_requests
 
-from ego_assets.defs.automation import (
-    STALE_CODE_CONDITION,
-    stale_code_sensor,
-    with_stale_code_automation,
-)
+from ego_assets.defs import automation
+from ego_assets.defs.automation import STALE_TARGET, stale_code_sensor
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
+from ego_assets_tests.sql_count import sql_statements
 
 DONE = ["c01", "c02", "c03"]  # raw, trajectory and quality materialized under v1
 RAW_ONLY = "c04"  # raw copy exists, trajectory never ran: missing, not stale
@@ -25,7 +24,7 @@ def _defs(trajectory_version: str) -> dg.Definitions:
         lambda spec: spec.replace_attributes(code_version=trajectory_version)
     )
     return dg.Definitions(
-        assets=with_stale_code_automation([raw_capture, bumped, quality_report]),
+        assets=[raw_capture, bumped, quality_report],
         sensors=[stale_code_sensor],
         resources={"storage": StorageResource(root="unused")},
     )
@@ -33,6 +32,24 @@ def _defs(trajectory_version: str) -> dg.Definitions:
 
 def _report(instance, asset: str, key: str) -> None:
     instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=asset, partition=key))
+
+
+def _tick(defs: dg.Definitions, instance, cursor: str | None):
+    context = dg.SensorEvaluationContext(
+        instance_ref=instance.get_ref(), instance=instance, definitions=defs, cursor=cursor
+    )
+    return defs.get_sensor_def(stale_code_sensor.name).evaluate_tick(context)
+
+
+def _requested(data) -> dict[dg.AssetKey, set[str]]:
+    """Partitions per asset of the tick's backfill request (at most one request)."""
+    assert len(data.run_requests) <= 1
+    out: dict[dg.AssetKey, set[str]] = {}
+    for request in data.run_requests:
+        assert request.requires_backfill_daemon()
+        for ap in request.asset_graph_subset.iterate_asset_partitions():
+            out.setdefault(ap.asset_key, set()).add(ap.partition_key)
+    return out
 
 
 @pytest.fixture
@@ -46,49 +63,96 @@ def instance():
         yield inst
 
 
-def test_condition_is_on_every_per_capture_asset_below_raw_capture():
-    graph = _defs("normalize-1").resolve_asset_graph()
-    assert graph.get(TRAJ).automation_condition == STALE_CODE_CONDITION
-    assert graph.get(QUALITY).automation_condition == STALE_CODE_CONDITION
-    assert graph.get(dg.AssetKey("raw_capture")).automation_condition is None
-    assert stale_code_sensor.emit_backfills is True
+def test_sensor_targets_every_per_capture_asset_below_raw_capture_and_no_asset_automates():
+    defs = _defs("normalize-1")
+    graph = defs.resolve_asset_graph()
+    assert STALE_TARGET.resolve(graph) == {TRAJ, QUALITY}
     assert stale_code_sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    # no automation condition anywhere in the code location: Dagster would evaluate every
+    # partition of such an asset on each tick of an automation sensor
+    from ego_assets.definitions import build_defs
+
+    full = build_defs(StorageResource(root="unused")).resolve_asset_graph()
+    assert all(full.get(k).automation_condition is None for k in full.get_all_asset_keys())
 
 
 def test_code_version_bump_requests_only_materialized_partitions_with_upstream(instance):
     v1 = _defs("normalize-1")
-    first = dg.evaluate_automation_conditions(defs=v1, instance=instance)
-    assert first.total_requested == 0  # the first evaluation only records code versions
-    same = dg.evaluate_automation_conditions(defs=v1, instance=instance, cursor=first.cursor)
-    assert same.total_requested == 0
+    first = _tick(v1, instance, None)
+    assert not first.run_requests  # the first tick only records code versions
+    same = _tick(v1, instance, first.cursor)
+    assert not same.run_requests
 
     v2 = _defs("normalize-2")
-    bumped = dg.evaluate_automation_conditions(defs=v2, instance=instance, cursor=same.cursor)
-    assert bumped.get_requested_partitions(TRAJ) == set(DONE)
-    assert bumped.get_requested_partitions(QUALITY) == set()  # its own code is unchanged
-    assert bumped.total_requested == len(DONE)
+    bumped = _tick(v2, instance, same.cursor)
+    assert _requested(bumped) == {TRAJ: set(DONE)}  # quality's own code is unchanged
 
     # one tick later nothing is requested again (no storm while the backfill runs)
-    later = dg.evaluate_automation_conditions(defs=v2, instance=instance, cursor=bumped.cursor)
-    assert later.total_requested == 0
-
-    # what the sensor submits: one backfill covering the three partitions
-    graph = v2.resolve_asset_graph()
-    requests = build_run_requests(
-        bumped._requested_subsets, graph, run_tags=None, emit_backfills=True
-    )
-    assert len(requests) == 1
-    (request,) = requests
-    assert request.requires_backfill_daemon()
-    subset = request.asset_graph_subset
-    assert subset is not None
-    assert {p.partition_key for p in subset.iterate_asset_partitions()} == set(DONE)
+    later = _tick(v2, instance, bumped.cursor)
+    assert not later.run_requests
 
 
 def test_capture_updated_in_the_bump_tick_is_not_run_twice(instance):
     v1 = _defs("normalize-1")
-    first = dg.evaluate_automation_conditions(defs=v1, instance=instance)
+    first = _tick(v1, instance, None)
     _report(instance, "trajectory", "c02")  # a run of the new code already redid c02
+    bumped = _tick(_defs("normalize-2"), instance, first.cursor)
+    assert _requested(bumped) == {TRAJ: {"c01", "c03"}}
+
+
+def test_a_bump_is_paged_one_page_per_tick(instance, monkeypatch):
+    monkeypatch.setattr(automation, "page_captures", _small_pages(2))
+    first = _tick(_defs("normalize-1"), instance, None)
     v2 = _defs("normalize-2")
-    bumped = dg.evaluate_automation_conditions(defs=v2, instance=instance, cursor=first.cursor)
-    assert bumped.get_requested_partitions(TRAJ) == {"c01", "c03"}
+    pages = []
+    cursor = first.cursor
+    for _ in range(4):
+        data = _tick(v2, instance, cursor)
+        pages.append(_requested(data).get(TRAJ, set()))
+        cursor = data.cursor
+    # pages of two captures in registration order: c01 c02 | c03 c04 | c05 ; then done
+    assert pages == [{"c01", "c02"}, {"c03"}, set(), set()]
+    assert json.loads(cursor)["pending"] == {}
+
+
+def _small_pages(limit: int):
+    from ego_assets.defs.partitions import page_captures
+
+    def page(instance, after, limit_: int = limit):
+        return page_captures(instance, after, limit)
+
+    return page
+
+
+def _statements_per_tick(registered: int) -> tuple[int, int]:
+    """SQL statements of a steady tick and of the bump tick over ``registered`` captures."""
+    with dg.instance_for_test() as instance:
+        keys = [f"c{i:05d}" for i in range(registered)]
+        instance.add_dynamic_partitions("captures", keys)
+        for asset in ("raw_capture", "trajectory"):
+            for key in (keys[0], keys[-1]):
+                _report(instance, asset, key)
+        v1 = _defs("normalize-1")
+        first = _tick(v1, instance, None)
+        with sql_statements() as steady:
+            same = _tick(v1, instance, first.cursor)
+        with sql_statements() as bump:
+            _tick(_defs("normalize-2"), instance, same.cursor)
+        return len(steady), len(bump)
+
+
+def test_tick_queries_do_not_grow_with_registered_captures():
+    small, large = _statements_per_tick(100), _statements_per_tick(5000)
+    assert small == large
+    assert small[0] <= 3  # steady tick: the event-log high-water mark, nothing per capture
+
+
+def test_the_automation_sensors_old_cursor_counts_as_a_first_tick(instance):
+    """Upgrading from the automation-condition sensor of the same name never re-runs."""
+    from dagster._core.definitions.asset_daemon_cursor import AssetDaemonCursor
+    from dagster_shared.serdes import serialize_value
+
+    old = serialize_value(AssetDaemonCursor.empty(3))
+    first = _tick(_defs("normalize-2"), instance, old)
+    assert not first.run_requests
+    assert json.loads(first.cursor)["versions"]["trajectory"] == "normalize-2"

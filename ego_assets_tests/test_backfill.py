@@ -131,3 +131,40 @@ def test_partition_metadata_falls_back_to_the_public_call_when_dagster_moves_its
     )
     add_partition_metadata(context, "c02", {"frames": 12})
     assert calls == [("c02", {"frames": 12})]
+
+
+def _metadata_statements(registered: int) -> tuple[int, dict[str, dict]]:
+    """SQL statements while a ranged run's asset records metadata for its 3 partitions,
+    with ``registered`` captures in the instance; and the metadata Dagster stored."""
+    from ego_assets.defs.partitions import captures_partitions
+    from ego_assets_tests.sql_count import sql_statements
+
+    counted: list[int] = []
+
+    @dg.asset(partitions_def=captures_partitions)
+    def probe(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        keys = context.partition_keys  # resolving the range lists the keys (Dagster's)
+        with sql_statements() as statements:
+            for key in keys:
+                add_partition_metadata(context, key, {"key_again": key})
+        counted.append(len(statements))
+        return dg.MaterializeResult()
+
+    keys = [f"k{i:05d}" for i in range(registered)]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("captures", keys)
+        result = dg.materialize(
+            [probe], instance=instance, tags={RANGE_START: keys[10], RANGE_END: keys[12]}
+        )
+        assert result.success
+        stored = {key: dict(_latest(instance, "probe", key).metadata) for key in keys[10:13]}
+    return counted[0], stored
+
+
+def test_partition_metadata_helper_queries_nothing_whatever_the_number_of_captures():
+    small, stored = _metadata_statements(100)
+    large, _ = _metadata_statements(5000)
+    assert small == large == 0  # the public call re-reads every registered key per call
+    assert stored == {
+        k: {"key_again": dg.TextMetadataValue(k)} for k in ("k00010", "k00011", "k00012")
+    }

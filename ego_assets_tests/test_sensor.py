@@ -38,9 +38,14 @@ def test_sensor_registers_complete_captures_and_requests_one_run_each(tmp_path):
         assert isinstance(result, dg.SensorResult)
         assert [r.partition_key for r in result.run_requests] == ["cap-b", "cap-a"]
         assert [r.run_key for r in result.run_requests] == ["cap-b", "cap-a"]
-        (add,) = result.dynamic_partitions_requests
-        assert add.partitions_def_name == "captures"
-        assert list(add.partition_keys) == ["cap-b", "cap-a"]
+        # registered by the sensor itself, in one insert, in landing order
+        assert not result.dynamic_partitions_requests
+        assert instance.get_dynamic_partitions("captures") == ["cap-b", "cap-a"]
+        # the tags Dagster's own resolution would give the partitioned run
+        job = build_defs(StorageResource(root=str(tmp_path))).resolve_job_def("capture_job")
+        for request in result.run_requests:
+            expected = job.get_tags_for_partition_key(request.partition_key, None)
+            assert dict(request.tags) == dict(expected)
         again, _ = _evaluate(tmp_path, instance, cursor=result.cursor)
         assert isinstance(again, dg.SkipReason)
 
@@ -64,3 +69,50 @@ def test_sensor_skips_invalid_folder_names_without_requesting_them(tmp_path):
         result, context = _evaluate(tmp_path, instance)
         assert isinstance(result, dg.SkipReason)
         assert context.cursor is not None
+
+
+def _tick_statements(tmp_path, instance, cursor, landed: list[str]) -> tuple[int, str]:
+    """SQL statements of one tick as the daemon runs it: the sensor's evaluation in the
+    code server (with an instance ref, so run requests are resolved against the
+    instance) plus the daemon's run-key lookup for the requested keys."""
+    from dagster._core.storage.dagster_run import RunsFilter
+    from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+
+    from ego_assets_tests.sql_count import sql_statements
+
+    storage = StorageResource(root=str(tmp_path))
+    defs = build_defs(storage)
+    base = time.time() - 100
+    for i, key in enumerate(landed):
+        _land(tmp_path / "landing", key, base + i)
+    with sql_statements() as statements:
+        context = dg.SensorEvaluationContext(
+            instance_ref=instance.get_ref(),
+            cursor=cursor,
+            instance=instance,
+            sensor_name=landing_sensor.name,
+            resources={"storage": storage},
+            definitions=defs,
+        )
+        data = defs.get_sensor_def(landing_sensor.name).evaluate_tick(context)
+        keys = [r.run_key for r in data.run_requests]
+        instance.get_runs(
+            filters=RunsFilter(tags={SENSOR_NAME_TAG: landing_sensor.name, RUN_KEY_TAG: keys})
+        )
+    assert keys == landed
+    assert not data.dynamic_partitions_requests  # nothing left for the daemon to check per key
+    return len(statements), data.cursor
+
+
+def test_tick_queries_do_not_grow_with_registered_captures(tmp_path):
+    """Same number of instance queries for 20 new captures over 100 or 5,000 registered."""
+    counts = []
+    for registered in (100, 5000):
+        with dg.instance_for_test() as instance:
+            instance.add_dynamic_partitions("captures", [f"old-{i:05d}" for i in range(registered)])
+            root = tmp_path / str(registered)
+            count, _ = _tick_statements(root, instance, None, [f"new-{i:02d}" for i in range(20)])
+            counts.append(count)
+            assert len(instance.get_dynamic_partitions("captures")) == registered + 20
+    assert counts[0] == counts[1]
+    assert counts[0] <= 10  # a bulk insert and the run-key lookup, not one query per key

@@ -7,7 +7,7 @@ import dagster as dg
 from ego_assets.defs.egosmith import egosmith_shards
 from ego_assets.defs.holos import holos_hdf5
 from ego_assets.defs.ingest import raw_capture, trajectory
-from ego_assets.defs.partitions import captures_partitions
+from ego_assets.defs.partitions import capture_run_request, register_captures
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.landing import scan_landing
@@ -49,8 +49,9 @@ def build_landing_sensor(interval_s: int = DEFAULT_SENSOR_INTERVAL_S) -> dg.Sens
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             "Watches the landing zone: every complete capture (marker written) becomes a "
-            "partition of `captures` and one capture_job run (run key = capture key, so a "
-            "capture already run, e.g. by `make demo`, is never run again)."
+            "partition of `captures` (registered by the sensor in one bulk insert) and one "
+            "capture_job run (run key = capture key, so a capture already run, e.g. by "
+            "`make demo`, is never run again)."
         ),
     )(_landing_sensor)
 
@@ -58,7 +59,10 @@ def build_landing_sensor(interval_s: int = DEFAULT_SENSOR_INTERVAL_S) -> dg.Sens
 def _landing_sensor(
     context: dg.SensorEvaluationContext, storage: StorageResource
 ) -> dg.SensorResult | dg.SkipReason:
-    """New complete captures in the landing zone -> partitions + one run request each."""
+    """New complete captures in the landing zone -> partitions + one run request each.
+
+    The daemon then drops requests whose run key already ran (one query over the new keys).
+    """
     scan = scan_landing(storage.get_storage(), context.cursor, MAX_CAPTURES_PER_TICK)
     for name in scan.rejected:
         context.log.warning(f"landing folder {name!r} is not a valid capture key; skipped")
@@ -66,9 +70,12 @@ def _landing_sensor(
         if scan.cursor != context.cursor:
             context.update_cursor(scan.cursor)
         return dg.SkipReason("no new complete captures")
+    # O(new captures) in instance queries, whatever the number registered: one bulk insert
+    # here, and run requests that need no per-key existence check (see `register_captures`).
+    keys = register_captures(context.instance, scan.keys)
+    context.log.info(f"registered {len(keys)} captures; {scan.pending} left for the next tick")
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=k, run_key=k) for k in scan.keys],
-        dynamic_partitions_requests=[captures_partitions.build_add_request(list(scan.keys))],
+        run_requests=[capture_run_request(k, capture_job.name) for k in keys],
         cursor=scan.cursor,
     )
 
