@@ -288,7 +288,9 @@ def sensor_ticks(
             )
         t2 = time.perf_counter()
         cursor = data.cursor
-        added = sum(len(r.partition_keys) for r in data.dynamic_partitions_requests or [])
+        # captures handled this tick: one run request each (the sensor may register them
+        # itself instead of returning partition requests)
+        added = len(data.run_requests or [])
         if not added:
             raise RuntimeError("landing sensor registered nothing; landing folder empty?")
         registered += added
@@ -433,6 +435,64 @@ mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
     ... on Error { message }
   }
 }
+"""
+
+# The asset page's partition health document, as dagster-webserver 1.13.27's UI sends it
+# (ui-core/src/assets/usePartitionHealthData.tsx); used when no browser recorded it.
+PARTITION_HEALTH_QUERY = """
+query PartitionHealthQuery($assetKey: AssetKeyInput!) {
+    assetNodeOrError(assetKey: $assetKey) {
+      ... on AssetNode {
+        id
+        partitionKeysByDimension {
+          name
+          type
+          partitionKeys
+        }
+        assetPartitionStatuses {
+          ... on TimePartitionStatuses {
+            ranges {
+              status
+              startTime
+              endTime
+              startKey
+              endKey
+            }
+          }
+          ... on DefaultPartitionStatuses {
+            materializedPartitions
+            materializingPartitions
+            failedPartitions
+          }
+          ... on MultiPartitionStatuses {
+            primaryDimensionName
+            ranges {
+              primaryDimStartKey
+              primaryDimEndKey
+              primaryDimStartTime
+              primaryDimEndTime
+              secondaryDim {
+                ... on TimePartitionStatuses {
+                  ranges {
+                    status
+                    startTime
+                    endTime
+                    startKey
+                    endKey
+                  }
+                }
+                ... on DefaultPartitionStatuses {
+                  materializedPartitions
+                  materializingPartitions
+                  failedPartitions
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 """
 
 SENSOR_TICKS = """
@@ -589,6 +649,10 @@ def ui_figures(
                 documents.setdefault(f"dialog:{name}", post)
         finally:
             chrome.quit()
+    documents.setdefault(
+        "PartitionHealthQuery",
+        {"query": PARTITION_HEALTH_QUERY, "variables": {"assetKey": {"path": ["raw_capture"]}}},
+    )
     out["ui_graphql_operations"] = sorted(documents)
     for wanted, label in (
         ("PartitionHealthQuery", "ui_partition_status_s"),
