@@ -41,6 +41,7 @@ CAPTURE_JOB_ASSETS = (
     "quality_report",
     "holos_hdf5",
     "egosmith_shards",
+    "ceres_episode",
 )
 CHUNKS = [("s01", "s02"), ("s03", "s04")]
 WORKERS = ("ego-w1", "ego-w2")

@@ -116,3 +116,14 @@ def test_tick_queries_do_not_grow_with_registered_captures(tmp_path):
             assert len(instance.get_dynamic_partitions("captures")) == registered + 20
     assert counts[0] == counts[1]
     assert counts[0] <= 10  # a bulk insert and the run-key lookup, not one query per key
+
+
+def test_a_landed_capture_runs_every_per_capture_asset_all_three_exports_included(tmp_path):
+    from ego_assets.definitions import ASSETS
+    from ego_assets_tests.test_celery_scaleout import CAPTURE_JOB_ASSETS
+
+    job = build_defs(StorageResource(root=str(tmp_path))).resolve_job_def("capture_job")
+    in_job = {key.to_user_string() for key in job.asset_layer.executable_asset_keys}
+    per_capture = {a.key.to_user_string() for a in ASSETS if a.partitions_def is not None}
+    assert in_job == per_capture == set(CAPTURE_JOB_ASSETS)
+    assert {"holos_hdf5", "egosmith_shards", "ceres_episode"} <= in_job

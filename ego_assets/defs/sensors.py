@@ -4,6 +4,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from ego_assets.defs.ceres import ceres_episode
 from ego_assets.defs.egosmith import egosmith_shards
 from ego_assets.defs.holos import holos_hdf5
 from ego_assets.defs.ingest import raw_capture, trajectory
@@ -19,12 +20,12 @@ MAX_CAPTURES_PER_TICK = 200
 SENSOR_INTERVAL_ENV = "EGO_SENSOR_INTERVAL_S"
 DEFAULT_SENSOR_INTERVAL_S = 30
 
-# Every per-capture asset, exporters included; the unpartitioned aggregates run in
-# `aggregates_job`.
+# Every per-capture asset, all three exporters included (a landed capture is exported to
+# Holos HDF5, EgoSmith and CERES); the unpartitioned aggregates run in `aggregates_job`.
 capture_job = dg.define_asset_job(
     "capture_job",
     selection=dg.AssetSelection.assets(
-        raw_capture, trajectory, quality_report, holos_hdf5, egosmith_shards
+        raw_capture, trajectory, quality_report, holos_hdf5, egosmith_shards, ceres_episode
     ),
     description="Everything per capture, from the raw copy to the checked outputs and exports.",
 )
