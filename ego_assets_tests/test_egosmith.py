@@ -7,6 +7,8 @@ against the stored trajectory, computed here independently of the writer.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import shutil
 import tarfile
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 import simplejpeg
 import webdataset as wds
+from PIL import Image
 from scipy.spatial.transform import Rotation
 
 from ego_assets import pipeline
@@ -34,7 +37,15 @@ from ego_assets.formats.egosmith_export import (
 )
 from ego_assets.formats.egosmith_loader import split_shards, window_dataset
 from ego_assets.formats.egosmith_reader import is_egosmith_path, iter_shard, validate_path
-from ego_assets.formats.egosmith_webdataset import EgoSmithOptions, parse_key
+from ego_assets.formats.egosmith_webdataset import (
+    CHROMA_STRETCH,
+    EgoSmithOptions,
+    ShardWriter,
+    encode_jpeg,
+    full_range,
+    npy_bytes,
+    parse_key,
+)
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets.synth.video import WRIST_RGB
@@ -408,3 +419,72 @@ def test_only_egosmith_folders_are_taken_for_egosmith(store):
     assert is_egosmith_path(Path(_shards(store, "xr")[0]))
     assert not is_egosmith_path(Path(store.stage_path("raw", "xr").path))  # its manifest.json
     assert not is_egosmith_path(Path(store.stage_path("trajectory", "xr").path))
+
+
+def test_limited_range_stretch_is_within_one_level_of_bt601():
+    levels = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    exact_luma = np.clip(np.round((levels - 16.0) * 255 / 219), 0, 255)
+    exact_chroma = np.clip(np.round((levels - 128.0) * 255 / 224 + 128), 0, 255)
+    luma = full_range(levels[:, ::2])  # a strided view, like a padded decoder plane
+    assert luma.flags.c_contiguous and luma.dtype == np.uint8
+    assert np.abs(luma - exact_luma[:, ::2]).max() <= 1
+    assert np.abs(full_range(levels, CHROMA_STRETCH) - exact_chroma).max() <= 1
+    ends = np.array([[0, 16, 128, 235, 240, 255]], dtype=np.uint8)  # black, grey, white
+    assert full_range(ends).tolist() == [[0, 0, 130, 255, 255, 255]]
+    assert full_range(ends, CHROMA_STRETCH)[0, [0, 1, 2, 4, 5]].tolist() == [0, 0, 128, 255, 255]
+
+
+@pytest.mark.parametrize("pix_fmt", ["yuv420p", "yuvj420p"])
+@pytest.mark.parametrize(("width", "height"), [(320, 240), (330, 242)])  # 330: padded rows
+def test_jpeg_of_a_decoded_frame_is_its_rgb_picture(pix_fmt, width, height):
+    rows, cols = np.mgrid[0:height, 0:width]
+    rgb = np.stack([cols * 255 // width, rows * 255 // height, (rows + cols) % 256], axis=-1)
+    rgb = rgb.astype(np.uint8)
+    frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format=pix_fmt)
+    expected = frame.to_ndarray(format="rgb24").astype(np.int16)  # FFmpeg's own conversion
+    jpeg = encode_jpeg(frame, 95)
+    with Image.open(io.BytesIO(jpeg)) as image:  # PIL, as webdataset decodes it
+        assert image.format == "JPEG" and image.size == (width, height)
+        pil = np.asarray(image.convert("RGB")).astype(np.int16)
+    assert np.abs(pil - expected).mean() < 2.0
+    assert np.abs(pil - rgb).mean() < 3.0
+
+
+def test_shard_bytes_are_what_tarfile_writes(tmp_path):
+    members = [
+        ("image.jpg", bytes(range(256)) * 3),
+        ("lowdim.npy", npy_bytes(np.arange(116, dtype=np.float32))),
+        ("meta.json", b'{"presence": 3}'),
+    ]
+    keys = [f"ds_ep000001_f{i:06d}" for i in range(7)]
+    writer = ShardWriter(tmp_path / "out", shard_bytes=9000)  # 4096 bytes a sample
+    (tmp_path / "out").mkdir()
+    for key in keys:
+        writer.write(key, members)
+    shards = writer.close()
+    assert [s.samples for s in shards] == [2, 2, 2, 1]
+    written = iter(keys)
+    for shard in shards:
+        reference = tmp_path / f"ref-{shard.name}"
+        with tarfile.open(reference, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for key in [next(written) for _ in range(shard.samples)]:
+                for ext, data in members:
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size, info.mode, info.mtime = len(data), 0o444, 0
+                    tar.addfile(info, io.BytesIO(data))
+        data = (tmp_path / "out" / shard.name).read_bytes()
+        assert data == reference.read_bytes()
+        assert shard.bytes == len(data) and shard.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_webdatasets_pil_decoder_reads_the_images(store):
+    urls = _shards(store, "vp")
+    raw = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+    pil = wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode("rgb8")
+    count = 0
+    for plain, decoded in zip(raw, pil, strict=True):
+        reference = simplejpeg.decode_jpeg(plain["image.jpg"]).astype(np.int16)
+        assert decoded["image.jpg"].dtype == np.uint8
+        assert np.abs(decoded["image.jpg"] - reference).mean() < 1.0
+        count += 1
+    assert count == stored_episode(store, "vp").samples

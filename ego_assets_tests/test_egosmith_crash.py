@@ -45,14 +45,14 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 if point == "sample":  # after `count` samples went into a shard (data flushed to disk)
-    write = w.ShardWriter.write
-    def counting(self, key, members):
-        write(self, key, members)
+    write = w.ShardWriter.write_sample
+    def counting(self, data):
+        write(self, data)
         seen[0] += 1
         if seen[0] == count:
             self._raw.flush()
             die()
-    w.ShardWriter.write = counting
+    w.ShardWriter.write_sample = counting
 elif point == "index":  # every shard closed, index file not written
     w.EpisodeSummary.to_json = lambda self: die()
 elif point == "rename":  # the `count`-th os.replace of the folder swap

@@ -14,9 +14,12 @@ Two layers of output:
   ``shard-000000.tar``... with a train/val split by episode and ``manifest.json``
   (shards, samples, episodes, SHA-256), written last.
 
-Video is decoded with PyAV and re-encoded with libjpeg-turbo (simplejpeg) frame by
-frame: 4:2:0 YUV planes go straight into the JPEG encoder (no RGB round trip), so memory
-stays at one frame whatever the episode length. Folders are written to a temporary
+Video is decoded with PyAV (FFmpeg's threads) and re-encoded with libjpeg-turbo
+(simplejpeg) frame by frame: the decoder's 4:2:0 YUV planes go straight into the JPEG
+encoder (no RGB round trip). Two worker threads turn decoded frames into finished tar
+bytes (JPEG, ``.npy`` rows behind a header made once, meta, tar headers) while the next
+frames decode; the calling thread only appends those bytes in order and hashes them, so
+memory stays at a few frames whatever the episode length. Folders are written to a temporary
 sibling and renamed into place, and each one's index file is written last, so a killed
 export never leaves a folder that a reader would take as finished.
 """
@@ -31,11 +34,12 @@ import re
 import tarfile
 import zipfile
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, TypeVar
 
 import av
 import numpy as np
@@ -56,12 +60,18 @@ DEFAULT_JPEG_QUALITY = 90
 _DATASET_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _KEY_PATTERN = re.compile(r"(?P<dataset>[A-Za-z0-9][A-Za-z0-9_-]*)_ep(?P<ep>\d{6})_f(?P<f>\d{6})")
 # libx264 / most cameras: BT.601 (or unspecified) limited-range 4:2:0. JPEG (JFIF) wants
-# full range: these tables stretch Y 16..235 and Cb/Cr 16..240 to 0..255.
-_Y_FULL = np.clip(np.round((np.arange(256) - 16) * 255 / 219), 0, 255).astype(np.uint8)
-_C_FULL = np.clip(np.round((np.arange(256) - 128) * 255 / 224 + 128), 0, 255).astype(np.uint8)
+# full range: Y 16..235 and Cb/Cr 16..240 are stretched to 0..255 in 8.8 fixed point,
+# ``((clip(v, lo, hi) - lo) * mul + add) >> 8`` on uint16 (a few numpy passes, no look-up
+# table), within one level of the exact ``(v - 16) * 255 / 219`` and
+# ``(v - 128) * 255 / 224 + 128`` (tested).
+LUMA_STRETCH = (16, 235, 298, 132)  # lo, hi, mul, add
+CHROMA_STRETCH = (16, 240, 291, 255)
 _PLANAR_FORMATS = {"yuv420p": False, "yuvj420p": True}  # name -> already full range
 _BT601 = {2, 5, 6}  # AVColorSpace: unspecified, BT470BG, SMPTE170M
+_RANGE_JPEG = 2  # AVColorRange: full
+_TAR_BLOCK = tarfile.BLOCKSIZE
 ENCODE_WORKERS = min(2, os.cpu_count() or 1)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,62 +142,80 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def npy_header(array: np.ndarray) -> bytes:
+    """The ``.npy`` header of ``array``: ``npy_header(a) + a.tobytes()`` is `npy_bytes` (a)."""
+    return npy_bytes(array)[: -array.nbytes or None]
+
+
 # ---------------------------------------------------------------------------------------
 # pixels
 
 
-def _pair_table(table: np.ndarray) -> np.ndarray:
-    """A 256-entry uint8 table applied to two pixels at once: 65536-entry uint16 table."""
-    pair = np.arange(65536)
-    native = table[pair & 255].astype(np.uint16) | (table[pair >> 8].astype(np.uint16) << 8)
-    return native if np.little_endian else native.byteswap()
+def full_range(plane: np.ndarray, stretch: tuple[int, int, int, int] = LUMA_STRETCH) -> np.ndarray:
+    """A limited-range 8-bit plane stretched to full range (new C-contiguous uint8 array).
+
+    ``stretch`` is ``(lo, hi, mul, add)``: ``LUMA_STRETCH`` for luma, ``CHROMA_STRETCH`` for
+    chroma. Every step is a numpy ufunc on the whole plane (they release the GIL).
+    """
+    lo, hi, mul, add = stretch
+    clipped = np.clip(plane, lo, hi)
+    clipped -= np.uint8(lo)
+    wide = np.multiply(clipped, mul, dtype=np.uint16)
+    wide += np.uint16(add)
+    wide >>= 8
+    return wide.astype(np.uint8)
 
 
-_Y_PAIRS = _pair_table(_Y_FULL)
-_C_PAIRS = _pair_table(_C_FULL)
+def _plane(frame: av.VideoFrame, index: int) -> np.ndarray:
+    """Plane ``index`` of ``frame`` as a (height, width) uint8 view (no copy)."""
+    plane = frame.planes[index]
+    rows = np.frombuffer(memoryview(plane), np.uint8, count=plane.height * plane.line_size)
+    return rows.reshape(plane.height, plane.line_size)[:, : plane.width]
 
 
 def encode_jpeg(frame: av.VideoFrame, quality: int) -> bytes:
     """JPEG bytes of one decoded video frame (4:2:0, full-range BT.601 as JFIF expects).
 
-    4:2:0 BT.601 frames of even size go to the encoder as YUV planes (range-stretched
-    when limited, two pixels per table look-up); anything else goes through RGB.
+    4:2:0 BT.601 frames of even size go to the encoder as YUV planes, read in place from
+    the decoder's buffers (range-stretched when limited); anything else goes through RGB.
     """
     name, h, w = frame.format.name, frame.height, frame.width
     if name in _PLANAR_FORMATS and frame.colorspace in _BT601 and h % 2 == 0 and w % 2 == 0:
-        flat = frame.to_ndarray().reshape(-1)  # Y (h * w), U, V (h/2 * w/2 each)
-        luma, chroma = h * w, (h // 2) * (w // 2)
-        if not _PLANAR_FORMATS[name] and frame.color_range != 2:  # 2 = AVCOL_RANGE_JPEG
-            flat = np.concatenate(
-                [
-                    np.take(_Y_PAIRS, flat[:luma].view(np.uint16)).view(np.uint8),
-                    np.take(_C_PAIRS, flat[luma:].view(np.uint16)).view(np.uint8),
-                ]
-            )
-        y = flat[:luma].reshape(h, w)
-        u = flat[luma : luma + chroma].reshape(h // 2, w // 2)
-        v = flat[luma + chroma :].reshape(h // 2, w // 2)
+        y, u, v = (_plane(frame, i) for i in range(3))
+        if _PLANAR_FORMATS[name] or frame.color_range == _RANGE_JPEG:
+            y, u, v = (np.ascontiguousarray(p) for p in (y, u, v))
+        else:
+            y, u, v = full_range(y), full_range(u, CHROMA_STRETCH), full_range(v, CHROMA_STRETCH)
         return bytes(simplejpeg.encode_jpeg_yuv_planes(y, u, v, quality=quality))
     rgb = frame.to_ndarray(format="rgb24")
     return bytes(simplejpeg.encode_jpeg(rgb, quality=quality, colorspace="RGB"))
 
 
-def iter_jpeg_frames(video: Path, quality: int, workers: int = ENCODE_WORKERS) -> Iterator[bytes]:
-    """JPEG bytes of every frame of the first video stream, in order (streaming).
+def ordered_map(
+    fn: Callable[..., T], items: Iterable[tuple[Any, ...]], workers: int = ENCODE_WORKERS
+) -> Iterator[T]:
+    """``fn(*item)`` for every item, run on ``workers`` threads, yielded in input order.
 
-    The calling thread decodes (FFmpeg frame threads); ``workers`` threads convert and
-    encode (numpy and libjpeg-turbo release the GIL), at most ``2 * workers`` frames ahead.
+    At most ``4 * workers`` items are in flight, so memory stays bounded while the
+    producer (e.g. the video decoder) runs ahead of the slowest worker.
     """
-    with av.open(str(video)) as container, ThreadPoolExecutor(workers) as pool:
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        pending: deque[Future[bytes]] = deque()
-        for frame in container.decode(stream):
-            pending.append(pool.submit(encode_jpeg, frame, quality))
-            if len(pending) > 2 * workers:
+    with ThreadPoolExecutor(workers) as pool:
+        pending: deque[Future[T]] = deque()
+        for item in items:
+            pending.append(pool.submit(fn, *item))
+            if len(pending) >= 4 * workers:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+@contextmanager
+def decoded_frames(video: Path) -> Iterator[Iterator[av.VideoFrame]]:
+    """The frames of the first video stream of ``video``, decoded on FFmpeg's threads."""
+    with av.open(str(video)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        yield container.decode(stream)
 
 
 def iter_depth_frames(npz: Path, unit: str) -> Iterator[np.ndarray]:
@@ -230,21 +258,22 @@ class ShardInfo:
     sha256: str
 
 
-class _HashingFile:
-    """Write-only file wrapper that hashes and counts what passes through."""
+def tar_sample(key: str, members: Sequence[tuple[str, bytes]]) -> bytes:
+    """The tar bytes of one sample (``members``: (extension, bytes) pairs).
 
-    def __init__(self, fh: BinaryIO) -> None:
-        self._fh = fh
-        self.sha = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        self.size += len(data)
-        return self._fh.write(data)
-
-    def tell(self) -> int:
-        return self.size
+    Per member a USTAR header from `tarfile` (regular file ``<key>.<ext>``, mode 0444,
+    owner 0:0, mtime 0) and its data padded to 512 bytes: what ``TarFile.addfile``
+    writes, built as one string so that it can be made on a worker thread and written
+    with one call.
+    """
+    parts: list[bytes] = []
+    for ext, data in members:
+        info = tarfile.TarInfo(f"{key}.{ext}")
+        info.size = len(data)
+        info.mode = 0o444
+        info.mtime = 0
+        parts += (info.tobuf(tarfile.USTAR_FORMAT), data, bytes(-len(data) % _TAR_BLOCK))
+    return b"".join(parts)
 
 
 class ShardWriter:
@@ -253,7 +282,9 @@ class ShardWriter:
     Members are regular files named ``<key>.<ext>`` (no folders, no links), mode 0444,
     owner 0:0 and mtime 0, so the same samples always give the same bytes. A sample never
     straddles two shards; a shard is closed before a sample that would take it past
-    ``shard_bytes`` (a single larger sample gets a shard of its own).
+    ``shard_bytes`` (a single larger sample gets a shard of its own). Each shard is
+    hashed (SHA-256) as it is written and ends like ``tarfile`` ends an archive (two
+    zero blocks, padded to a 10240-byte record).
     """
 
     def __init__(self, folder: Path, shard_bytes: int, first: int = 0) -> None:
@@ -261,52 +292,51 @@ class ShardWriter:
         self.shard_bytes = shard_bytes
         self.next_index = first
         self.shards: list[ShardInfo] = []
-        self._tar: tarfile.TarFile | None = None
         self._raw: BinaryIO | None = None
-        self._hash: _HashingFile | None = None
+        self._sha = hashlib.sha256()
+        self._size = 0
         self._name = ""
         self._samples = 0
 
     def write(self, key: str, members: Sequence[tuple[str, bytes]]) -> None:
         """Append one sample (``members``: (extension, bytes) pairs)."""
-        size = sum(512 + -(-len(data) // 512) * 512 for _, data in members)
-        full = self._hash is not None and self._hash.size + size > self.shard_bytes
-        if self._tar is not None and self._samples and full:
+        self.write_sample(tar_sample(key, members))
+
+    def write_sample(self, data: bytes) -> None:
+        """Append one sample given as its tar bytes (`tar_sample`)."""
+        if self._raw is not None and self._samples and self._size + len(data) > self.shard_bytes:
             self._close_shard()
-        if self._tar is None:
+        if self._raw is None:
             self._open_shard()
-        assert self._tar is not None
-        for ext, data in members:
-            info = tarfile.TarInfo(f"{key}.{ext}")
-            info.size = len(data)
-            info.mode = 0o444
-            info.mtime = 0
-            self._tar.addfile(info, io.BytesIO(data))
+        self._append(data)
         self._samples += 1
 
     def close(self) -> list[ShardInfo]:
         """Finish the open shard; return every shard written."""
-        if self._tar is not None:
+        if self._raw is not None:
             self._close_shard()
         return list(self.shards)
+
+    def _append(self, data: bytes) -> None:
+        assert self._raw is not None
+        self._raw.write(data)
+        self._sha.update(data)
+        self._size += len(data)
 
     def _open_shard(self) -> None:
         self._name = C.SHARD_PATTERN.format(self.next_index)
         self.next_index += 1
-        # both stay open until _close_shard
-        self._raw = open(self.folder / self._name, "wb")  # noqa: SIM115
-        self._hash = _HashingFile(self._raw)
-        sink = cast(BinaryIO, self._hash)
-        self._tar = tarfile.TarFile(fileobj=sink, mode="w", format=tarfile.USTAR_FORMAT)
-        self._samples = 0
+        self._raw = open(self.folder / self._name, "wb")  # noqa: SIM115 - closed in _close_shard
+        self._sha = hashlib.sha256()
+        self._size = self._samples = 0
 
     def _close_shard(self) -> None:
-        assert self._tar is not None and self._raw is not None and self._hash is not None
-        self._tar.close()
+        assert self._raw is not None
+        end = self._size + 2 * _TAR_BLOCK
+        self._append(bytes(end - self._size + -end % tarfile.RECORDSIZE))
         self._raw.close()
-        info = ShardInfo(self._name, self._samples, self._hash.size, self._hash.sha.hexdigest())
-        self.shards.append(info)
-        self._tar = self._raw = self._hash = None
+        self.shards.append(ShardInfo(self._name, self._samples, self._size, self._sha.hexdigest()))
+        self._raw = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -375,6 +405,64 @@ def episode_meta(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _EpisodeSamples:
+    """Makes the tar bytes of an episode's samples, one decoded frame at a time.
+
+    Everything but the pixels is prepared once per episode (keys, per-frame meta values as
+    Python lists, the ``.npy`` headers of one lowdim / mano row), so that the per-frame
+    work, run on the encode workers, is the JPEG plus a few byte joins.
+    """
+
+    keys: list[str]
+    lowdim: np.ndarray
+    mano: np.ndarray
+    npy_headers: tuple[bytes, bytes]
+    base: dict[str, Any]
+    per_frame: list[tuple[int, int, int, bool]]
+    quality: int
+
+    @classmethod
+    def build(
+        cls, keys: list[str], arrays: EpisodeArrays, base: dict[str, Any], quality: int
+    ) -> _EpisodeSamples:
+        lowdim = np.ascontiguousarray(arrays.lowdim, dtype=np.float32)
+        mano = np.ascontiguousarray(arrays.mano, dtype=np.float32)
+        columns = (arrays.presence, arrays.frame_index, arrays.timestamp_ns, arrays.extrinsic_valid)
+        per_frame = list(zip(*(np.asarray(c).tolist() for c in columns), strict=True))
+        return cls(
+            keys,
+            lowdim,
+            mano,
+            (npy_header(lowdim[0]), npy_header(mano[0])),
+            base,
+            per_frame,
+            quality,
+        )
+
+    def tar_bytes(self, i: int, frame: av.VideoFrame, depth: np.ndarray | None) -> bytes:
+        """`tar_sample` bytes of sample ``i`` (video frame ``frame``, optional depth map)."""
+        presence, frame_index, timestamp_ns, extrinsic_valid = self.per_frame[i]
+        meta = {
+            **self.base,
+            "presence": int(presence),
+            "frame_index": int(frame_index),
+            "sample_index": i,
+            "timestamp_ns": int(timestamp_ns),
+            "extrinsic_valid": bool(extrinsic_valid),
+            "last_frame": i == len(self.keys) - 1,
+        }
+        members = [
+            ("image.jpg", encode_jpeg(frame, self.quality)),
+            ("lowdim.npy", self.npy_headers[0] + self.lowdim[i].tobytes()),
+            ("mano.npy", self.npy_headers[1] + self.mano[i].tobytes()),
+            ("meta.json", json.dumps(meta, sort_keys=True).encode()),
+        ]
+        if depth is not None:
+            members.append(("depth.npy", npy_bytes(depth)))
+        return tar_sample(self.keys[i], members)
+
+
 def write_episode(
     trajectory: Trajectory,
     camera: HeadCamera,
@@ -414,41 +502,30 @@ def write_episode(
         base["depth_schema"] = C.DEPTH_SCHEMA
         base["depth_encoding"] = C.DEPTH_ENCODING
     depth_frames = iter_depth_frames(depth[0], depth[1].unit) if use_depth and depth else None
+    samples = _EpisodeSamples.build(keys, arrays, base, options.jpeg_quality)
+    where = f"capture {trajectory.info.capture_id!r}, file {camera.media.path!r}"
+
+    def work(frames: Iterator[av.VideoFrame]) -> Iterator[tuple[Any, ...]]:
+        for i, frame in enumerate(frames):
+            if i >= n:
+                raise ValueError(
+                    f"{where}: more video frames than the {n} rows of {camera.frames.name!r}"
+                )
+            yield i, frame, None if depth_frames is None else next(depth_frames)
+
     writer = ShardWriter(out, options.shard_bytes)
     count = 0
     try:
-        for i, jpeg in enumerate(iter_jpeg_frames(video, options.jpeg_quality)):
-            report(WRITE_TASK, i, n)
-            if i >= n:
-                raise ValueError(
-                    f"capture {trajectory.info.capture_id!r}, file {camera.media.path!r}: "
-                    f"more video frames than the {n} rows of {camera.frames.name!r}"
-                )
-            meta = {
-                **base,
-                "presence": int(arrays.presence[i]),
-                "frame_index": int(arrays.frame_index[i]),
-                "sample_index": i,
-                "timestamp_ns": int(arrays.timestamp_ns[i]),
-                "extrinsic_valid": bool(arrays.extrinsic_valid[i]),
-                "last_frame": i == n - 1,
-            }
-            members = [
-                ("image.jpg", jpeg),
-                ("lowdim.npy", npy_bytes(arrays.lowdim[i])),
-                ("mano.npy", npy_bytes(arrays.mano[i])),
-                ("meta.json", json.dumps(meta, sort_keys=True).encode()),
-            ]
-            if depth_frames is not None:
-                members.append(("depth.npy", npy_bytes(next(depth_frames))))
-            writer.write(keys[i], members)
-            count += 1
+        with decoded_frames(video) as frames:
+            for data in ordered_map(samples.tar_bytes, work(frames)):
+                report(WRITE_TASK, count, n)
+                writer.write_sample(data)
+                count += 1
     finally:
         shards = writer.close()
     if count != n:
         raise ValueError(
-            f"capture {trajectory.info.capture_id!r}, file {camera.media.path!r}: "
-            f"{count} video frames decoded, {camera.frames.name!r} has {n} rows"
+            f"{where}: {count} video frames decoded, {camera.frames.name!r} has {n} rows"
         )
     left, right = arrays.hands
     summary = EpisodeSummary(
