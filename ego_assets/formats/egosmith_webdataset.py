@@ -32,6 +32,7 @@ import json
 import os
 import re
 import tarfile
+import threading
 import zipfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -151,19 +152,43 @@ def npy_header(array: np.ndarray) -> bytes:
 # pixels
 
 
-def full_range(plane: np.ndarray, stretch: tuple[int, int, int, int] = LUMA_STRETCH) -> np.ndarray:
-    """A limited-range 8-bit plane stretched to full range (new C-contiguous uint8 array).
+def full_range(
+    plane: np.ndarray,
+    stretch: tuple[int, int, int, int] = LUMA_STRETCH,
+    out: np.ndarray | None = None,
+    work: np.ndarray | None = None,
+) -> np.ndarray:
+    """A limited-range 8-bit plane stretched to full range (C-contiguous uint8).
 
     ``stretch`` is ``(lo, hi, mul, add)``: ``LUMA_STRETCH`` for luma, ``CHROMA_STRETCH`` for
-    chroma. Every step is a numpy ufunc on the whole plane (they release the GIL).
+    chroma. ``out`` (uint8) and ``work`` (uint16), C-contiguous arrays of the plane's
+    shape, are filled instead of new arrays when given. Every step is a numpy ufunc on
+    the whole plane (they release the GIL).
     """
     lo, hi, mul, add = stretch
-    clipped = np.clip(plane, lo, hi)
-    clipped -= np.uint8(lo)
-    wide = np.multiply(clipped, mul, dtype=np.uint16)
-    wide += np.uint16(add)
-    wide >>= 8
-    return wide.astype(np.uint8)
+    out = np.clip(plane, lo, hi, out=out)
+    out -= np.uint8(lo)
+    work = np.multiply(out, mul, out=work, dtype=np.uint16)
+    work += np.uint16(add)
+    work >>= 8
+    np.copyto(out, work, casting="unsafe")
+    return out
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's buffers for one (h, w) 4:2:0 frame: uint8 Y+U+V, uint16 work area.
+
+    Reused frame after frame: fresh multi-megabyte arrays per frame cost the kernel a
+    zeroed page per 4 KiB (and glibc hands them back each time), more than the stretch.
+    """
+    if getattr(_SCRATCH, "size", None) != (h, w):
+        _SCRATCH.size = (h, w)
+        _SCRATCH.planes = np.empty(h * w * 3 // 2, dtype=np.uint8)
+        _SCRATCH.work = np.empty(h * w, dtype=np.uint16)
+    return _SCRATCH.planes, _SCRATCH.work
 
 
 def _plane(frame: av.VideoFrame, index: int) -> np.ndarray:
@@ -177,16 +202,26 @@ def encode_jpeg(frame: av.VideoFrame, quality: int) -> bytes:
     """JPEG bytes of one decoded video frame (4:2:0, full-range BT.601 as JFIF expects).
 
     4:2:0 BT.601 frames of even size go to the encoder as YUV planes, read in place from
-    the decoder's buffers (range-stretched when limited); anything else goes through RGB.
+    the decoder's buffers and range-stretched (when limited) into this thread's scratch
+    buffers; anything else goes through RGB.
     """
     name, h, w = frame.format.name, frame.height, frame.width
     if name in _PLANAR_FORMATS and frame.colorspace in _BT601 and h % 2 == 0 and w % 2 == 0:
-        y, u, v = (_plane(frame, i) for i in range(3))
-        if _PLANAR_FORMATS[name] or frame.color_range == _RANGE_JPEG:
-            y, u, v = (np.ascontiguousarray(p) for p in (y, u, v))
-        else:
-            y, u, v = full_range(y), full_range(u, CHROMA_STRETCH), full_range(v, CHROMA_STRETCH)
-        return bytes(simplejpeg.encode_jpeg_yuv_planes(y, u, v, quality=quality))
+        planes, work = _scratch(h, w)
+        luma, chroma = h * w, (h // 2) * (w // 2)
+        stretch = not _PLANAR_FORMATS[name] and frame.color_range != _RANGE_JPEG
+        out = []
+        for i, start, size in ((0, 0, luma), (1, luma, chroma), (2, luma + chroma, chroma)):
+            src = _plane(frame, i)
+            dst = planes[start : start + size].reshape(src.shape)
+            if stretch:
+                full_range(
+                    src, CHROMA_STRETCH if i else LUMA_STRETCH, dst, work[:size].reshape(src.shape)
+                )
+            else:
+                np.copyto(dst, src)
+            out.append(dst)
+        return bytes(simplejpeg.encode_jpeg_yuv_planes(*out, quality=quality))
     rgb = frame.to_ndarray(format="rgb24")
     return bytes(simplejpeg.encode_jpeg(rgb, quality=quality, colorspace="RGB"))
 
