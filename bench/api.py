@@ -13,7 +13,8 @@ prepared captures (ingested, normalized, judged; not exported). Then, for ``--se
   whole window (queued by the coordinator, executed by the daemon's run workers).
 
 Reported: GET latency p50/p90/p99/max (ms, client side, from send to the full body),
-requests, rate, errors (non-200 answers and failed connections), export runs finished.
+the API's own p50/p99 (its access log: request in to response start), requests, rate,
+errors (non-200 answers and failed connections), export runs finished.
 Target: p99 <= 50 ms. The client and the servers share the machine's cores, so the
 figures include that contention.
 """
@@ -26,6 +27,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -208,6 +210,7 @@ def run(clients: int, seconds: float, interval: float, captures: int) -> dict[st
             finally:
                 stop(services)
                 instance.dispose()
+            server_ms = _server_times(tmp / "ego-assets-serve.log")
     return {
         "clients": clients,
         "seconds": seconds,
@@ -219,9 +222,21 @@ def run(clients: int, seconds: float, interval: float, captures: int) -> dict[st
         "p99_ms": round(_percentile(latencies, 0.99), 2),
         "max_ms": round(max(latencies), 2),
         "errors": errors,
+        "server_p50_ms": round(statistics.median(server_ms), 2) if server_ms else None,
+        "server_p99_ms": round(_percentile(server_ms, 0.99), 2) if server_ms else None,
         "statuses_seen": statuses,
         "export_runs_finished": runs,
     }
+
+
+def _server_times(log_path: Path) -> list[float]:
+    """The API's own time per answered GET of an export (its access log, ms)."""
+    times = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        match = re.search(r" GET /captures/\S+/export-\S+ 200 token=\S+ ([0-9.]+)ms$", line)
+        if match:
+            times.append(float(match.group(1)))
+    return times
 
 
 async def _measure(

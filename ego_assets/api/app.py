@@ -8,23 +8,24 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import os
 import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ego_assets.api.config import ApiConfig, Caller, hash_token
 from ego_assets.api.links import LinkSigner, Presigner, is_file
@@ -102,22 +103,7 @@ def create_app(
             return config.tokens.get(f"sha256:{digest}") if digest else None
         return None
 
-    @app.middleware("http")
-    async def log_requests(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        caller = getattr(request.state, "caller", None)
-        access_log.info(
-            "%s %s %d token=%s %.1fms",
-            request.method,
-            request.url.path,
-            response.status_code,
-            caller.token_id if caller else "-",
-            (time.perf_counter() - started) * 1000,
-        )
-        return response
+    app.add_middleware(AccessLog)
 
     def authorize(request: Request) -> Caller:
         caller = caller_of(request)
@@ -142,14 +128,16 @@ def create_app(
             return presigner.url(receipt)
         return signer.local_url(receipt.format, receipt.capture_key, receipt.sha256)
 
-    def answer(state: ExportState, status_code: int = 200) -> JSONResponse:
-        return JSONResponse(state.to_json(download_url), status_code=status_code)
+    # A state's JSON (with its download link, presigned or signed) is reused for a while:
+    # far shorter than the links' lifetime, so a link handed out is always long valid.
+    reuse_s = min(60.0, config.link_ttl_s / 10)
 
-    async def state_of(target: ExportTarget) -> ExportState:
-        cached = service.cached_state(target)
-        if cached is not None:
-            return cached
-        return await run_in_threadpool(service.state, target)
+    def answer(state: ExportState, status_code: int = 200) -> Response:
+        now = time.monotonic()
+        if state.rendered is None or now - state.rendered[0] > reuse_s:
+            body = json.dumps(state.to_json(download_url), separators=(",", ":")).encode()
+            state.rendered = (now, body)
+        return Response(state.rendered[1], status_code, media_type="application/json")
 
     async def known(target: ExportTarget) -> None:
         if not await run_in_threadpool(service.capture_exists, target.capture_id):
@@ -162,12 +150,14 @@ def create_app(
 
         def make_routes(fmt: str, model: type[ExportRequest], route: str) -> None:
             @app.get(f"/captures/{{captureId}}/{route}", name=f"get {route}")
-            async def get_export(captureId: str, request: Request) -> JSONResponse:
+            async def get_export(captureId: str, request: Request) -> Response:
                 caller = authorize(request)
                 target = target_for(caller, captureId, fmt)
-                if service.cached_state(target) is None:
+                state = service.cached_state(target)
+                if state is None:
                     await known(target)
-                return answer(await state_of(target))
+                    state = await run_in_threadpool(service.state, target)
+                return answer(state)
 
             body_schema = {"content": {"application/json": {"schema": model.model_json_schema()}}}
 
@@ -176,7 +166,7 @@ def create_app(
                 name=f"post {route}",
                 openapi_extra={"requestBody": {"required": False, **body_schema}},
             )
-            async def post_export(captureId: str, request: Request) -> JSONResponse:
+            async def post_export(captureId: str, request: Request) -> Response:
                 caller = authorize(request)
                 target = target_for(caller, captureId, fmt)
                 raw = await request.body()
@@ -249,6 +239,39 @@ def create_app(
         return {"status": "ok"}
 
     return app
+
+
+class AccessLog:
+    """One log line per request: method, path, status, the token's id (never the token) and
+    the time to the response's start (a plain ASGI middleware: no per-request task)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def send_and_note(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            caller = scope.get("state", {}).get("caller")
+            access_log.info(
+                "%s %s %d token=%s %.1fms",
+                scope["method"],
+                scope["path"],
+                status[0],
+                caller.token_id if caller else "-",
+                (time.perf_counter() - started) * 1000,
+            )
 
 
 def _send(service: ExportService, receipt: ExportReceipt) -> Response:

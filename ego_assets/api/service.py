@@ -24,8 +24,10 @@ status         when
                an export (the gate blocks the episode: ``error`` holds its reasons)
 =============  ==============================================================
 
-GET answers are cached per capture and format for `CACHE_TTL_S` seconds (one miss reads
-one run row and two or three small objects); a POST bypasses and clears the cache.
+GET answers come from a per-export cache: an entry older than `CACHE_TTL_S` seconds is
+still answered while one background thread reads the new state (one run row and two or
+three small objects), so polls never wait for that I/O after the first read; a POST
+reads afresh under the export's lock and clears the entry.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -116,6 +119,8 @@ class ExportState:
     run_id: str | None = None
     artifact: Artifact | None = None
     error: str | None = None
+    # (monotonic time, JSON body) of the last answer made from this state (the API's)
+    rendered: tuple[float, bytes] | None = field(default=None, repr=False, compare=False)
 
     def to_json(self, download_url: Callable[[ExportReceipt], str]) -> dict[str, Any]:
         artifact = None
@@ -161,13 +166,24 @@ class ExportService:
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
     _errors: dict[str, str] = field(default_factory=dict)
     _quality_code: str = field(default_factory=quality_version)
+    _known: set[str] = field(default_factory=set)
+    _refreshing: set[tuple[str, str]] = field(default_factory=set)
+    _pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(4, thread_name_prefix="ego-api-refresh")
+    )
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(key, threading.Lock())
 
     def capture_exists(self, capture_id: str) -> bool:
-        return self.instance.has_dynamic_partition(CAPTURES_PARTITIONS_NAME, capture_id)
+        """Whether the capture is a partition (a yes is remembered: captures stay)."""
+        if capture_id in self._known:
+            return True
+        found = self.instance.has_dynamic_partition(CAPTURES_PARTITIONS_NAME, capture_id)
+        if found:
+            self._known.add(capture_id)
+        return found
 
     def capture_ids(self) -> list[str]:
         return list(self.instance.get_dynamic_partitions(CAPTURES_PARTITIONS_NAME))
@@ -175,14 +191,40 @@ class ExportService:
     # -- reading ------------------------------------------------------------------------
 
     def cached_state(self, target: ExportTarget) -> ExportState | None:
-        """The cached state while it is fresh (no I/O: the event loop may call this)."""
-        cached = self._cache.get((target.capture_id, target.format))
-        if cached is not None and time.monotonic() - cached.at < self.cache_ttl_s:
-            return cached.state
-        return None
+        """The last state read, refreshed in the background once older than `cache_ttl_s`.
+
+        No I/O here (the event loop calls it): a stale entry is answered as it is while
+        one background thread reads the new state, so a poll never waits for Postgres or
+        S3 once the export has been read once. None before the first read.
+        """
+        key = (target.capture_id, target.format)
+        cached = self._cache.get(key)
+        if cached is None:
+            return None
+        if time.monotonic() - cached.at >= self.cache_ttl_s:
+            self._refresh_soon(target)
+        return cached.state
+
+    def _refresh_soon(self, target: ExportTarget) -> None:
+        key = (target.capture_id, target.format)
+        with self._locks_guard:
+            if key in self._refreshing:
+                return
+            self._refreshing.add(key)
+
+        def refresh() -> None:
+            try:
+                self.state(target)
+            except Exception as exc:  # the next poll tries again
+                log.warning("export %s/%s: refresh failed: %s", *key[::-1], exc)
+            finally:
+                with self._locks_guard:
+                    self._refreshing.discard(key)
+
+        self._pool.submit(refresh)
 
     def state(self, target: ExportTarget) -> ExportState:
-        """The export's state, at most `cache_ttl_s` old (one refresh at a time per export)."""
+        """The export's state, at most `cache_ttl_s` old (one read at a time per export)."""
         key = (target.capture_id, target.format)
         cached = self._cache.get(key)
         if cached is not None and time.monotonic() - cached.at < self.cache_ttl_s:
