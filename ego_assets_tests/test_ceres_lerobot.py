@@ -16,6 +16,7 @@ import pytest
 from ego_assets.capture import read_capture
 from ego_assets.capture.manifest import write_marker
 from ego_assets.fixtures import real_fixture
+from ego_assets.formats import lerobot_video
 from ego_assets.formats.ceres_episode import (
     ACTION_NAMES,
     STATE_NAMES,
@@ -427,3 +428,45 @@ def test_every_source_kind_exports(tmp_path, kind):
         info = json.loads((shard / "meta/info.json").read_text())
         assert CAMERA_KEY not in info["features"] and info["video_path"] is None
         assert not (shard / "videos").exists()
+
+
+def _gray_video(path: Path, frames: int, x264_params: str) -> None:
+    """H.264 with B-frames and a keyframe every 10 frames; frame i is gray level 2 * i."""
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.options = {"crf": "10", "x264-params": x264_params}
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 2 * i, np.uint8), "rgb24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+
+
+@pytest.mark.parametrize("open_gop", [False, True])
+def test_reencode_skips_unused_groups_of_pictures(tmp_path, open_gop):
+    src = tmp_path / "source.mp4"
+    params = "keyint=10:min-keyint=10:scenecut=0:bframes=3:b-pyramid=0"
+    _gray_video(src, 100, params + (":open-gop=1" if open_gop else ""))
+    source = lerobot_video.inspect_video(src)
+    assert source.frames == 100 and len(source.keyframes) == 10
+    assert (source.packet_frames != np.arange(100)).any()  # B-frames: decode order differs
+    # rows: 0..24, a cut, 65 held three times, 66..79 (the last 20 frames unused)
+    rows = np.concatenate([np.arange(25), [65, 65], np.arange(65, 80)])
+    needed = lerobot_video.needed_packets(source, rows)
+    assert needed is not None
+    assert np.isin(rows, source.packet_frames[needed]).all()
+    groups = source.packet_frames[needed & source.packet_keys].tolist()
+    leading = source.packet_frames[np.flatnonzero(source.packet_keys)[-2] + 1] < 80
+    assert leading == open_gop  # an open GOP shows 77..79 before its keyframe 80
+    # closed GOPs: 30..59 and 80..99 not decoded; open: the group of 80 holds 77..79
+    assert groups == ([0, 10, 20, 60, 70, 80] if open_gop else [0, 10, 20, 60, 70])
+    skipping = lerobot_video.reencode(src, tmp_path / "skip.mp4", 30, rows, source)
+    plain = lerobot_video.reencode(src, tmp_path / "plain.mp4", 30, rows)
+    assert skipping.frames == plain.frames == len(rows)
+    np.testing.assert_array_equal(skipping.pixels.histogram, plain.pixels.histogram)
+    out = _decode(tmp_path / "skip.mp4")
+    np.testing.assert_array_equal(out, _decode(tmp_path / "plain.mp4"))
+    levels = out.reshape(len(out), -1).mean(axis=1)
+    np.testing.assert_allclose(levels, 2 * rows, atol=1.5)
+    np.testing.assert_allclose(frame_times(tmp_path / "skip.mp4"), np.arange(len(rows)) / 30)

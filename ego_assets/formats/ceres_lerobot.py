@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,18 +132,31 @@ def info_json(
 def column_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     """Population min, max, mean, std, count and quantiles of (N,) or (N, D) values.
 
-    Scalars come back shaped (1,), vectors (D,); ``count`` is (1,) int64.
+    Scalars come back shaped (1,), vectors (D,); ``count`` is (1,) int64. One sort in
+    the values' own dtype gives min, max and every quantile (numpy's ``linear`` method,
+    the same numbers as `np.quantile`); mean and std accumulate in float64.
     """
     data = np.asarray(values)
-    data = data.reshape(len(data), -1).astype(np.float64)
+    data = data.reshape(len(data), -1)
+    if data.dtype == np.bool_:
+        data = data.view(np.uint8)
+    ordered = np.sort(data, axis=0)
+    n = len(data)
     out = {
-        "min": data.min(axis=0),
-        "max": data.max(axis=0),
-        "mean": data.mean(axis=0),
-        "std": data.std(axis=0),
-        "count": np.array([len(data)], dtype=np.int64),
+        "min": ordered[0].astype(np.float64),
+        "max": ordered[-1].astype(np.float64),
+        "mean": data.mean(axis=0, dtype=np.float64),
+        "std": data.std(axis=0, dtype=np.float64),
+        "count": np.array([n], dtype=np.int64),
     }
-    qs = np.quantile(data, QUANTILES, axis=0)
+    position = np.asarray(QUANTILES) * (n - 1)
+    lower = np.floor(position).astype(np.int64)
+    upper = np.minimum(lower + 1, n - 1)
+    t = (position - lower)[:, None]
+    a, b = ordered[lower].astype(np.float64), ordered[upper].astype(np.float64)
+    diff = b - a
+    # numpy's _lerp: from the nearer end, so a quantile between equal values is exact
+    qs = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
     for q, row in zip(QUANTILES, qs, strict=True):
         out[quantile_name(q)] = row
     return out
@@ -306,6 +320,27 @@ def write_json(path: Path, doc: Any, *, compact: bool = False) -> None:
 # --- the shard -------------------------------------------------------------------------
 
 
+def _write_video(
+    rows: EpisodeRows, raw_dir: Path, folder: Path, loc: Mapping[str, int]
+) -> tuple[str, dict[str, Any] | None, dict[str, np.ndarray] | None]:
+    """The shard's mp4 (copied when aligned, else re-encoded): mode, info block, stats."""
+    if rows.camera is None or rows.frame_for_row is None:
+        return "none", None, None
+    src = raw_dir / rows.camera.path
+    dst = folder / VIDEO_PATH.format(video_key=CAMERA_KEY, **loc)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    source = lerobot_video.inspect_video(src)
+    aligned = source.remuxable and np.array_equal(rows.frame_for_row, np.arange(source.frames))
+    if aligned:
+        result = lerobot_video.remux(src, dst, rows.fps, source)
+    else:
+        result = lerobot_video.reencode(src, dst, rows.fps, rows.frame_for_row, source)
+    if result.frames != len(rows):
+        raise ValueError(f"{src}: wrote {result.frames} video frames for {len(rows)} rows")
+    mode = "remux" if result.remuxed else "re-encode"
+    return mode, lerobot_video.video_info(dst), result.pixels.stats()
+
+
 def write_shard(
     trajectory: Trajectory,
     raw_dir: Path,
@@ -330,29 +365,18 @@ def write_shard(
     folder = Path(folder)
     n = len(rows)
     loc = {"chunk_index": 0, "file_index": episode_index}
-    columns = _frame_columns(rows, episode_index)
-    write_data(data_table(columns), folder / DATA_PATH.format(**loc))
-    stats = {name: column_stats(values) for name, values in columns.items()}
-
-    video_mode = "none"
-    video_info = None
+    # the video (copy or decode + encode, in C threads) runs beside the rows' table and
+    # statistics; leaving the block waits for it, also when one of them raises
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ceres-video") as pool:
+        video = pool.submit(_write_video, rows, Path(raw_dir), folder, loc)
+        columns = _frame_columns(rows, episode_index)
+        write_data(data_table(columns), folder / DATA_PATH.format(**loc))
+        stats = {name: column_stats(values) for name, values in columns.items()}
+        video_mode, video_info, camera_stats = video.result()
     height = width = None
-    if rows.camera is not None and rows.frame_for_row is not None:
-        src = Path(raw_dir) / rows.camera.path
-        dst = folder / VIDEO_PATH.format(video_key=CAMERA_KEY, **loc)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        source = lerobot_video.inspect_video(src)
-        aligned = source.remuxable and np.array_equal(rows.frame_for_row, np.arange(source.frames))
-        if aligned:
-            result = lerobot_video.remux(src, dst, rows.fps, source)
-        else:
-            result = lerobot_video.reencode(src, dst, rows.fps, rows.frame_for_row)
-        if result.frames != n:
-            raise ValueError(f"{src}: wrote {result.frames} video frames for {n} rows")
-        video_mode = "remux" if result.remuxed else "re-encode"
-        video_info = lerobot_video.video_info(dst)
+    if video_info is not None and camera_stats is not None:
         height, width = video_info["video.height"], video_info["video.width"]
-        stats[CAMERA_KEY] = result.pixels.stats()
+        stats[CAMERA_KEY] = camera_stats
 
     features = feature_table(height, width, video_info)
     dtypes = {k: v["dtype"] for k, v in features.items()}

@@ -11,7 +11,8 @@ base) and exactly one frame per exported row.
 * `reencode`: rows drop source frames (retried segments cut out) or repeat them
   (dropped source frames held), or the source is not remuxable (codec, pixel format,
   irregular timestamps): frames are decoded once, in order, and encoded with
-  `ENCODER` (H.264, yuv420p).
+  `ENCODER` (H.264, yuv420p). Groups of pictures no row uses are never sent to the
+  decoder, and decoding (one thread) overlaps encoding (the caller's thread).
 
 Both also return per-channel pixel statistics of a sample of frames (values in [0, 1],
 LeRobot's convention for camera stats), taken from keyframes on the remux path so no
@@ -20,8 +21,10 @@ other frame is decoded.
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -32,15 +35,20 @@ import numpy as np
 # Codecs and pixel format LeRobot's decoders (PyAV, torchcodec) read from an mp4.
 REMUX_CODECS = frozenset({"h264", "hevc", "av1"})
 PIX_FMT = "yuv420p"
-# Re-encoding: x264 is in every PyAV wheel; GOP 2 as in LeRobot's own writer (random
-# access decodes at most one extra frame), CRF 23 (x264's default quality). Preset
-# ultrafast (no CABAC, no B-frames): ~2.5x the encode speed of veryfast and cheaper to
-# decode for training loaders, at ~2.8x the file size (640x480, 300 frames: 1.15 MB vs
-# 0.41 MB); only cut or gappy footage is re-encoded, aligned video is copied.
+# Re-encoding: H.264 (the spec's codec; x264 is in every PyAV wheel) with LeRobot's own
+# encoder settings for it: yuv420p, GOP 2 (random access decodes at most one extra
+# frame), CRF 30 (`lerobot.datasets.video_utils._get_codec_options`). Preset ultrafast
+# (no CABAC, no B-frames): ~2.5x the encode speed of veryfast and cheaper to decode for
+# training loaders, for larger files; only cut or gappy footage is re-encoded, aligned
+# video is copied. Frame threads (``thread_type`` AUTO; PyAV's default, SLICE, makes x264
+# cut every frame into slices, which costs ~7 % more CPU).
 ENCODER: dict[str, Any] = {
     "codec": "libx264",
-    "options": {"preset": "ultrafast", "crf": "23", "g": "2"},
+    "options": {"preset": "ultrafast", "crf": "30", "g": "2"},
+    "thread_type": "AUTO",
 }
+# Decoded frames the decoding thread may run ahead of the encoder.
+DECODE_AHEAD = 8
 # Frames sampled for the camera statistics, and their size (long side, pixels).
 STATS_SAMPLES = 100
 STATS_LONG_SIDE = 160
@@ -63,6 +71,10 @@ class SourceVideo:
         keyframes: (K,) int64 presentation index of each keyframe.
         pts_offset, pts_step: first presentation time and frame step, in the stream's
             time base (meaningful when ``uniform``).
+        packet_frames: (P,) presentation index of each packet in decode order, and
+        packet_keys: (P,) whether it is a keyframe (both empty when some packet lacks
+            a presentation time).
+        pts: (F,) presentation times in presentation order (empty as above).
     """
 
     codec: str
@@ -74,6 +86,9 @@ class SourceVideo:
     keyframes: np.ndarray
     pts_offset: int = 0
     pts_step: int = 1
+    packet_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    packet_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    pts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def remuxable(self) -> bool:
@@ -131,7 +146,12 @@ def _timing(path: Path) -> tuple[SourceVideo, np.ndarray, np.ndarray, Fraction]:
     keyframes = np.sort(rank[np.asarray(key, dtype=bool)]) if len(p) else np.zeros(0, np.int64)
     offset = int(p.min()) if len(p) else 0
     step = int(np.diff(np.sort(p))[0]) if uniform and len(p) > 1 else 1
-    info = SourceVideo(codec, pix_fmt, width, height, len(p), uniform, keyframes, offset, step)
+    timed = bool(len(p)) and bool((p >= 0).all()) and len(np.unique(p)) == len(p)
+    keys = np.asarray(key, dtype=bool)
+    info = SourceVideo(
+        codec, pix_fmt, width, height, len(p), uniform, keyframes, offset, step,
+        *((rank, keys, p[order]) if timed else ()),
+    )  # fmt: skip
     return info, p, d, time_base
 
 
@@ -249,13 +269,157 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
     return VideoResult(info.frames, True, PixelStats(histogram, images))
 
 
-def _decoded(inp: av.container.InputContainer) -> Iterator[av.VideoFrame]:
-    stream = inp.streams.video[0]
-    stream.thread_type = "AUTO"
-    yield from inp.decode(stream)
+def add_encoder_stream(
+    out: av.container.OutputContainer, fps: int, width: int, height: int
+) -> av.video.stream.VideoStream:
+    """An `ENCODER` stream (H.264 yuv420p, frame ``k`` at ``k / fps``) in ``out``."""
+    ost = out.add_stream(ENCODER["codec"], rate=fps)
+    ost.width, ost.height, ost.pix_fmt = width, height, PIX_FMT
+    ost.time_base = Fraction(1, fps)
+    ost.options = dict(ENCODER["options"])
+    ost.thread_type = ENCODER["thread_type"]
+    return ost
 
 
-def reencode(src: Path, dst: Path, fps: int, frame_for_row: np.ndarray) -> VideoResult:
+def encode_frame(
+    out: av.container.OutputContainer,
+    ost: av.video.stream.VideoStream,
+    frame: av.VideoFrame,
+    k: int,
+    fps: int,
+) -> None:
+    """Encode ``frame`` as frame ``k`` of ``ost`` (at ``k / fps``) and mux its packets."""
+    frame.pts = k
+    frame.time_base = Fraction(1, fps)
+    frame.pict_type = av.video.frame.PictureType.NONE  # the encoder picks the frame types
+    out.mux(ost.encode(frame))
+
+
+def needed_packets(source: SourceVideo, frame_for_row: np.ndarray) -> np.ndarray | None:
+    """(P,) bool per packet in decode order: whether a row's frame needs it decoded.
+
+    A group of pictures (a keyframe up to the next one, in decode order) none of whose
+    frames is a row's is skipped, unless the next group has a row's frame among its
+    leading pictures (shown before its keyframe: an open GOP's B-frames that refer to
+    this group). None when the source's packets lack presentation times (then everything
+    is decoded).
+    """
+    ranks, keys = source.packet_frames, source.packet_keys
+    if len(ranks) == 0 or len(ranks) != source.frames:
+        return None
+    rows = np.asarray(frame_for_row, dtype=np.int64)
+    wanted = np.zeros(source.frames, dtype=bool)
+    wanted[rows[(rows >= 0) & (rows < source.frames)]] = True
+    group = np.cumsum(keys)  # group 0: packets before the first keyframe (always decoded)
+    groups = int(group[-1]) + 1
+    used = wanted[ranks]
+    needed = np.bincount(group, weights=used, minlength=groups) > 0
+    needed[0] = True
+    key_rank = ranks[np.minimum(np.searchsorted(group, np.arange(groups)), len(ranks) - 1)]
+    leading = used & (ranks < key_rank[group])
+    needed[:-1] |= np.bincount(group, weights=leading, minlength=groups)[1:] > 0
+    return needed[group]
+
+
+def _decoded(
+    src: Path, source: SourceVideo | None, rows: np.ndarray
+) -> Iterator[tuple[int, av.VideoFrame]]:
+    """(presentation index, frame) of the source frames the rows need, in order."""
+    needed = needed_packets(source, rows) if source is not None else None
+    with av.open(str(src)) as inp:
+        stream = inp.streams.video[0]
+        stream.thread_type = "AUTO"
+        if needed is None or source is None:
+            yield from enumerate(inp.decode(stream))
+            return
+        pts = source.pts
+
+        def indexed(frames: list[av.VideoFrame]) -> Iterator[tuple[int, av.VideoFrame]]:
+            for frame in frames:
+                index = int(np.searchsorted(pts, frame.pts)) if frame.pts is not None else -1
+                if not 0 <= index < len(pts) or pts[index] != frame.pts:
+                    raise ValueError(f"{src}: decoded a frame at pts {frame.pts} no packet has")
+                yield index, frame
+
+        packet = 0
+        for item in inp.demux(stream):
+            if not item.size:
+                continue
+            packet += 1
+            if needed[packet - 1]:
+                yield from indexed(stream.codec_context.decode(item))
+            elif packet > 1 and not needed[packet - 2]:
+                continue
+            else:  # first skipped packet: drain what the decoder still holds
+                yield from indexed(stream.codec_context.decode(None))
+                stream.codec_context.flush_buffers()
+        yield from indexed(stream.codec_context.decode(None))
+
+
+def _row_frames(
+    src: Path, rows: np.ndarray, source: SourceVideo | None, sampled: set[int]
+) -> Iterator[tuple[int, av.VideoFrame, np.ndarray | None]]:
+    """(row, yuv420p frame, RGB histogram of the sampled rows) for every row, in order."""
+    frames = _decoded(src, source, rows)
+    current: av.VideoFrame | None = None
+    position = -1
+    for row, wanted in enumerate(rows.tolist()):
+        while position < wanted:
+            item = next(frames, None)
+            if item is None:
+                raise ValueError(f"{src}: has {position + 1} frames, row {row} needs {wanted}")
+            position, decoded = item
+            current = (
+                decoded if decoded.format.name == PIX_FMT else decoded.reformat(format=PIX_FMT)
+            )
+        if position != wanted or current is None:
+            raise ValueError(f"{src}: frame {wanted} of row {row} was not decoded")
+        yield row, current, _histogram(current) if row in sampled else None
+
+
+def _ahead(items: Iterator[Any], depth: int) -> Iterator[Any]:
+    """The items of ``items``, produced by a background thread up to ``depth`` ahead."""
+    buffer: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        buffer.put((None, item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            buffer.put((None, done))
+        except BaseException as error:  # handed to the consumer
+            buffer.put((error, None))
+
+    thread = threading.Thread(target=produce, name="lerobot-video-decode", daemon=True)
+    thread.start()
+    try:
+        while True:
+            error, item = buffer.get()
+            if error is not None:
+                raise error
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def reencode(
+    src: Path,
+    dst: Path,
+    fps: int,
+    frame_for_row: np.ndarray,
+    source: SourceVideo | None = None,
+) -> VideoResult:
     """Write row ``k`` of the mp4 ``dst`` from source frame ``frame_for_row[k]``, re-encoded.
 
     Args:
@@ -264,6 +428,8 @@ def reencode(src: Path, dst: Path, fps: int, frame_for_row: np.ndarray) -> Video
         fps: output frame rate; frame ``k`` at ``k / fps``.
         frame_for_row: (N,) int64 presentation index of the source frame of each row,
             non-decreasing (rows repeat or skip source frames, never go back).
+        source: `inspect_video` of ``src`` when the caller has it: groups of pictures
+            no row uses are then not decoded.
 
     Raises:
         ValueError: ``frame_for_row`` goes back, or names a frame the source lacks.
@@ -274,49 +440,27 @@ def reencode(src: Path, dst: Path, fps: int, frame_for_row: np.ndarray) -> Video
     sampled = set(_sample(len(rows), STATS_SAMPLES).tolist())
     histogram = np.zeros((3, 256), dtype=np.int64)
     images = 0
-    out_tb = Fraction(1, fps)
-    with av.open(str(src)) as inp, av.open(str(dst), "w", format="mp4", options=MUX_OPTIONS) as out:
-        ctx = inp.streams.video[0].codec_context
-        ost = out.add_stream(ENCODER["codec"], rate=fps)
-        ost.width, ost.height = int(ctx.width), int(ctx.height)
-        ost.pix_fmt = PIX_FMT
-        ost.time_base = out_tb
-        ost.options = dict(ENCODER["options"])
-        frames = _decoded(inp)
-        current: av.VideoFrame | None = None
-        position = -1
-        for row, wanted in enumerate(rows.tolist()):
-            while position < wanted:
-                current = next(frames, None)
-                if current is None:
-                    raise ValueError(f"{src}: has {position + 1} frames, row {row} needs {wanted}")
-                position += 1
-            assert current is not None
-            frame = current if current.format.name == PIX_FMT else current.reformat(format=PIX_FMT)
-            if row in sampled:
-                histogram += _histogram(frame)
+    with av.open(str(src)) as probe:
+        ctx = probe.streams.video[0].codec_context
+        width, height = int(ctx.width), int(ctx.height)
+    with av.open(str(dst), "w", format="mp4", options=MUX_OPTIONS) as out:
+        ost = add_encoder_stream(out, fps, width, height)
+        for row, frame, counts in _ahead(_row_frames(src, rows, source, sampled), DECODE_AHEAD):
+            if counts is not None:
+                histogram += counts
                 images += 1
-            frame.pts = row
-            frame.time_base = out_tb
-            frame.pict_type = av.video.frame.PictureType.NONE
-            out.mux(ost.encode(frame))
+            encode_frame(out, ost, frame, row, fps)
         out.mux(ost.encode(None))
     return VideoResult(len(rows), False, PixelStats(histogram, images))
 
 
 def encode_rgb(dst: Path, frames: Iterator[np.ndarray], fps: int, width: int, height: int) -> int:
     """Encode RGB frames (H, W, 3 uint8) to ``dst`` with `ENCODER`; the bare-encode baseline."""
-    out_tb = Fraction(1, fps)
     count = 0
     with av.open(str(dst), "w", format="mp4", options=MUX_OPTIONS) as out:
-        ost = out.add_stream(ENCODER["codec"], rate=fps)
-        ost.width, ost.height, ost.pix_fmt, ost.time_base = width, height, PIX_FMT, out_tb
-        ost.options = dict(ENCODER["options"])
+        ost = add_encoder_stream(out, fps, width, height)
         for rgb in frames:
-            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
-            frame.pts = count
-            frame.time_base = out_tb
-            out.mux(ost.encode(frame))
+            encode_frame(out, ost, av.VideoFrame.from_ndarray(rgb, format="rgb24"), count, fps)
             count += 1
         out.mux(ost.encode(None))
     return count
