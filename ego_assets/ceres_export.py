@@ -29,13 +29,12 @@ from typing import Any
 
 from upath import UPath
 
-from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
 from ego_assets.formats.ceres_lerobot import CODE_VERSION, FORMAT_NAME, shard_name, write_shard
 from ego_assets.formats.ceres_merge import MERGE_FILE, MERGE_VERSION, merge_shards
 from ego_assets.pipeline import LINEAGE_FILE, StepResult, stored_gate
 from ego_assets.progress import READ_TASK, WRITE_TASK, report
-from ego_assets.storage import Storage
+from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.trajectory.store import read_trajectory
 
 SHARDS_DIR = "shards"

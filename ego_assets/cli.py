@@ -129,7 +129,8 @@ def _capture_folder(path: Path) -> Path:
     """The folder holding a capture's files: ``path`` itself, or ``path/capture`` for a
     raw copy made by the platform (``raw/<key>`` with its manifest)."""
     from ego_assets.capture.files import MARKER_FILE
-    from ego_assets.capture.manifest import MANIFEST_FILE, raw_capture_dir
+    from ego_assets.storage import RAW_MANIFEST_FILE as MANIFEST_FILE
+    from ego_assets.storage import raw_capture_dir
 
     _existing_folder(path, "capture folder")
     inner = raw_capture_dir(path)

@@ -22,12 +22,11 @@ from pathlib import Path
 
 from upath import UPath
 
-from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.catalog.receipts import make_receipt, write_receipt
 from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION, FORMAT_NAME, write_file
 from ego_assets.pipeline import StepResult, require_export_gate
 from ego_assets.progress import READ_TASK, report
-from ego_assets.storage import Storage, is_local
+from ego_assets.storage import Storage, is_local, raw_capture_dir
 from ego_assets.trajectory.store import read_trajectory
 
 NOTES_FILE = "export_notes.json"

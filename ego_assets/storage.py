@@ -34,13 +34,27 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from upath import UPath
 
 from ego_assets.keys import validate_capture_key
 from ego_assets.progress import UPLOAD_TASK, report
 from ego_assets.trajectory.store import atomic_directory, write_file_atomic
+
+# The raw copy's layout, ``raw/<key>/``: the platform's manifest (its index file) beside
+# ``capture/``, the capture's own files unchanged. Exporters, the viewer and the catalog
+# locate an episode's files through these names, never through the capture package.
+RAW_MANIFEST_FILE = "manifest.json"
+RAW_CAPTURE_DIR = "capture"
+
+_P = TypeVar("_P", Path, UPath)  # local paths and storage (S3) paths alike
+
+
+def raw_capture_dir(raw: _P) -> _P:
+    """The folder holding the capture's own files inside the raw copy ``raw/<key>``."""
+    return raw / RAW_CAPTURE_DIR
+
 
 STAGES = ("raw", "trajectory", "quality", "exports", "catalog")
 LOCAL_PROTOCOLS = ("", "file", "local")

@@ -23,7 +23,7 @@ from PIL import Image
 from scipy.spatial.transform import Rotation
 
 from ego_assets import pipeline
-from ego_assets.capture.manifest import raw_capture_dir, write_marker
+from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.receipts import read_receipt
 from ego_assets.cli import main
 from ego_assets.defs.demo import aria_fixture_dir
@@ -46,7 +46,7 @@ from ego_assets.formats.egosmith_webdataset import (
     npy_bytes,
     parse_key,
 )
-from ego_assets.storage import Storage
+from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.synth import synthesize
 from ego_assets.synth.video import WRIST_RGB
 from ego_assets.trajectory.joints import FINGERTIPS

@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 from ego_assets import holos_export, pipeline
-from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.formats.holos_hdf5 import remove_stale_temporaries, write_holos_hdf5
 from ego_assets.formats.holos_hdf5_validate import validate_file
-from ego_assets.storage import Storage
+from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.store import read_trajectory
 

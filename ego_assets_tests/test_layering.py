@@ -38,3 +38,36 @@ def test_great_expectations_is_never_imported_at_module_level():
                 if any(m and m.startswith("great_expectations") for m in mods):
                     offenders.append(path.relative_to(PACKAGE).as_posix())
     assert offenders == []
+
+
+def _full_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports by absolute name, at any depth (lazy imports too)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_exporters_and_the_viewer_never_import_the_capture_package():
+    """Exporters read the trajectory and the gate, and locate an episode's raw files via
+    ``ego_assets.storage``; the capture readers and manifest stay out of them."""
+    modules = [
+        *PACKAGE.joinpath("formats").rglob("*.py"),
+        *PACKAGE.glob("*_export.py"),
+        *PACKAGE.joinpath("viewer").rglob("*.py"),
+    ]
+    assert {p.name for p in modules} >= {"egosmith_export.py", "ceres_export.py", "episode.py"}
+    assert "holos_export.py" in {p.name for p in modules}
+    offenders = {
+        path.relative_to(PACKAGE).as_posix(): sorted(
+            m
+            for m in _full_imports(path)
+            if m == "ego_assets.capture" or m.startswith("ego_assets.capture.")
+        )
+        for path in modules
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}

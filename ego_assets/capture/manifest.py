@@ -27,9 +27,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
-
-from upath import UPath
+from typing import Any
 
 from ego_assets.capture.files import (
     CAPTURE_KINDS,
@@ -41,17 +39,16 @@ from ego_assets.capture.files import (
 )
 from ego_assets.errors import CaptureFormatError
 from ego_assets.progress import report
+from ego_assets.storage import RAW_CAPTURE_DIR, RAW_MANIFEST_FILE, raw_capture_dir
 from ego_assets.trajectory.records import from_jsonable, to_jsonable
 from ego_assets.trajectory.store import write_file_atomic
 
-MANIFEST_FILE = "manifest.json"
+MANIFEST_FILE = RAW_MANIFEST_FILE
 MANIFEST_VERSION = 2  # 2: capture files below capture/, the manifest beside them
-CAPTURE_DIR = "capture"
+CAPTURE_DIR = RAW_CAPTURE_DIR
 HASH_TASK = "checking capture files (bytes)"
 _CHUNK = 1 << 20
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
-
-P = TypeVar("P", Path, UPath)  # local paths and storage (S3) paths alike
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +89,6 @@ class RawManifest:
         body = json.loads(text)
         body.pop("content_sha256", None)
         return from_jsonable(cls, body)
-
-
-def raw_capture_dir(raw: P) -> P:
-    """The folder holding the capture's own files inside the raw copy ``raw/<key>``."""
-    return raw / CAPTURE_DIR
 
 
 def file_sha256(path: Path) -> str:

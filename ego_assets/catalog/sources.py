@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from upath import UPath
 
-from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest
+from ego_assets.capture.manifest import RawManifest
 from ego_assets.catalog.receipts import (
     EXPORT_FORMATS,
     POLICY_EXPORTS,
@@ -63,7 +63,7 @@ from ego_assets.keys import is_valid_capture_key
 from ego_assets.pipeline import LINEAGE_FILE
 from ego_assets.quality.gate import GATE_FILE, Gate
 from ego_assets.quality.report import REPORT_PARQUET, ROW_SCHEMA
-from ego_assets.storage import Storage, is_local
+from ego_assets.storage import RAW_MANIFEST_FILE, Storage, is_local
 from ego_assets.trajectory.records import to_jsonable
 from ego_assets.trajectory.store import CAPTURE_JSON
 
@@ -269,7 +269,12 @@ def sources() -> tuple[Source, ...]:
     """Every staged table but ``export_formats``, ``item_versions`` and ``batches``."""
     return (
         Source(
-            "raw_manifests", MANIFEST_SCHEMA, "raw", MANIFEST_FILE, (MANIFEST_FILE,), _manifest_row
+            "raw_manifests",
+            MANIFEST_SCHEMA,
+            "raw",
+            RAW_MANIFEST_FILE,
+            (RAW_MANIFEST_FILE,),
+            _manifest_row,
         ),
         Source(
             "trajectory_headers",

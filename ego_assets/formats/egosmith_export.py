@@ -23,7 +23,6 @@ from typing import Any
 
 from upath import UPath
 
-from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
@@ -41,7 +40,7 @@ from ego_assets.formats.egosmith_webdataset import (
 )
 from ego_assets.pipeline import LINEAGE_FILE, StepResult
 from ego_assets.progress import READ_TASK, report
-from ego_assets.storage import Storage, is_local
+from ego_assets.storage import Storage, is_local, raw_capture_dir
 from ego_assets.trajectory.store import read_trajectory
 
 EPISODES_FORMAT = "egosmith"

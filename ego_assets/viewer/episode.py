@@ -16,9 +16,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ego_assets.capture.manifest import raw_capture_dir
 from ego_assets.quality.gate import GATE_FILE, Gate
-from ego_assets.storage import Storage, is_local
+from ego_assets.storage import Storage, is_local, raw_capture_dir
 from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory
 from ego_assets.viewer.recording import RECORDING_FILE, build_recording
 
