@@ -841,8 +841,15 @@ class Bench:
 
 
 def run(
-    sizes: Sequence[int], repeat: int, browser: bool, daemon_s: float, max_automation: int
+    sizes: Sequence[int],
+    repeat: int,
+    browser: bool,
+    daemon_s: float,
+    max_automation: int,
+    json_path: Path | None = None,
 ) -> dict[str, Any]:
+    """Every size in turn; the JSON is rewritten after each size (a 1M size runs for an
+    hour, the smaller ones are kept if it is stopped)."""
     result: dict[str, Any] = {"sizes": {}, "targets": TARGETS, "new_captures": NEW_CAPTURES}
     with tempfile.TemporaryDirectory(prefix="ego-bench-scale-") as tmp_name:
         tmp = Path(tmp_name)
@@ -852,6 +859,8 @@ def run(
             try:
                 for size in sorted(sizes):
                     result["sizes"][str(size)] = bench.measure(size)
+                    if json_path is not None:
+                        json_path.write_text(json.dumps(result, indent=1) + "\n")
                     log.info("%s", json.dumps(result["sizes"][str(size)], default=str)[:2000])
             finally:
                 bench.close()
@@ -913,7 +922,12 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     sizes = [int(s.replace("_", "")) for s in args.episodes.split(",") if s.strip()]
     result = run(
-        sizes, args.repeat, not args.no_browser, args.daemon_s, args.max_automation_episodes
+        sizes,
+        args.repeat,
+        not args.no_browser,
+        args.daemon_s,
+        args.max_automation_episodes,
+        args.json,
     )
     report(table(result), result, args.json)
     return 0
