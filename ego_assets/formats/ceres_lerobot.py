@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ego_assets.formats import lerobot_video
-from ego_assets.formats.ceres_episode import ACTION_NAMES, STATE_NAMES, EpisodeRows, build_rows
+from ego_assets.formats.ceres_episode import (
+    ACTION_NAMES,
+    STATE_NAMES,
+    EpisodeRows,
+    build_rows,
+    select_camera,
+)
 from ego_assets.formats.ceres_metadata import TASK_SPEC_DIR, episode_metadata, task_spec_sidecar
 from ego_assets.formats.lerobot_video import QUANTILES, quantile_name
 from ego_assets.trajectory.model import Trajectory
@@ -321,15 +327,23 @@ def write_json(path: Path, doc: Any, *, compact: bool = False) -> None:
 
 
 def _write_video(
-    rows: EpisodeRows, raw_dir: Path, folder: Path, loc: Mapping[str, int]
+    rows: EpisodeRows,
+    raw_dir: Path,
+    folder: Path,
+    loc: Mapping[str, int],
+    probe: tuple[Path, Future[lerobot_video.SourceVideo]] | None,
 ) -> tuple[str, dict[str, Any] | None, dict[str, np.ndarray] | None]:
-    """The shard's mp4 (copied when aligned, else re-encoded): mode, info block, stats."""
+    """The shard's mp4 (copied when aligned, else re-encoded): mode, info block, stats.
+
+    ``probe``: a video and its `inspect_video`, started before the rows were built.
+    """
     if rows.camera is None or rows.frame_for_row is None:
         return "none", None, None
     src = raw_dir / rows.camera.path
     dst = folder / VIDEO_PATH.format(video_key=CAMERA_KEY, **loc)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    source = lerobot_video.inspect_video(src)
+    probed = probe is not None and probe[0] == src
+    source = probe[1].result() if probe is not None and probed else lerobot_video.inspect_video(src)
     aligned = source.remuxable and np.array_equal(rows.frame_for_row, np.arange(source.frames))
     if aligned:
         result = lerobot_video.remux(src, dst, rows.fps, source)
@@ -361,18 +375,26 @@ def write_shard(
     Raises:
         EpisodeError: nothing to export; ValueError: unreadable media.
     """
-    rows = rows if rows is not None else build_rows(trajectory)
-    folder = Path(folder)
-    n = len(rows)
+    folder, raw_dir = Path(folder), Path(raw_dir)
     loc = {"chunk_index": 0, "file_index": episode_index}
-    # the video (copy or decode + encode, in C threads) runs beside the rows' table and
-    # statistics; leaving the block waits for it, also when one of them raises
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ceres-video") as pool:
-        video = pool.submit(_write_video, rows, Path(raw_dir), folder, loc)
+    # Three threads (numpy, Arrow and FFmpeg release the GIL): the camera video is probed
+    # while the rows are built, then copied or decoded + encoded while the rows' parquet
+    # is written and their statistics computed. Leaving the block waits for every task,
+    # also when one of them raises.
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="ceres-shard") as pool:
+        camera = rows.camera if rows is not None else select_camera(trajectory)
+        probe = None
+        if camera is not None:
+            src = raw_dir / camera.path
+            probe = (src, pool.submit(lerobot_video.inspect_video, src))
+        rows = rows if rows is not None else build_rows(trajectory)
+        video = pool.submit(_write_video, rows, raw_dir, folder, loc, probe)
         columns = _frame_columns(rows, episode_index)
+        statistics = pool.submit(lambda: {k: column_stats(v) for k, v in columns.items()})
         write_data(data_table(columns), folder / DATA_PATH.format(**loc))
-        stats = {name: column_stats(values) for name, values in columns.items()}
+        stats = statistics.result()
         video_mode, video_info, camera_stats = video.result()
+    n = len(rows)
     height = width = None
     if video_info is not None and camera_stats is not None:
         height, width = video_info["video.height"], video_info["video.width"]
