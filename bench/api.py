@@ -12,7 +12,10 @@ prepared captures (ingested, normalized, judged; not exported). Then, for ``--se
   (POST), and each finished one is asked again with ``force`` so runs keep going for the
   whole window (queued by the coordinator, executed by the daemon's run workers).
 
+The window opens once the first export run has started (asked for before it).
+
 Reported: GET latency p50/p90/p99/max (ms, client side, from send to the full body),
+the same for ``/healthz`` (every tenth request: the baseline of loop, server and load),
 the API's own p50/p99 (its access log: request in to response start), requests, rate,
 errors (non-200 answers and failed connections), export runs finished.
 Target: p99 <= 50 ms. The client and the servers share the machine's cores, so the
@@ -39,6 +42,9 @@ from bench import name_value_table, report
 log = logging.getLogger("bench.api")
 TOKEN = "bench-token"
 ROUTES = ("export-hdf5", "export-lerobot", "export-webdataset")
+# Every BASELINE_EVERY-th request of a client is GET /healthz (no I/O, no auth): the same
+# loop, server and machine load without the export lookup, reported beside it.
+BASELINE_EVERY = 10
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -48,10 +54,11 @@ def _percentile(values: list[float], q: float) -> float:
 
 async def _load(
     url: str, paths: list[str], clients: int, seconds: float, interval: float
-) -> tuple[list[float], int, dict[str, int]]:
+) -> tuple[list[float], list[float], int, dict[str, int]]:
     import aiohttp
 
     latencies: list[float] = []
+    baseline: list[float] = []
     errors = 0
     statuses: dict[str, int] = {}
     stop_at = time.monotonic() + seconds
@@ -67,8 +74,9 @@ async def _load(
             await asyncio.sleep(interval * index / clients)  # spread the first requests
             n = index
             while time.monotonic() < stop_at:
-                path = paths[n % len(paths)]
                 n += 1
+                probe = n % BASELINE_EVERY == 0
+                path = "/healthz" if probe else paths[n % len(paths)]
                 started = time.perf_counter()
                 try:
                     async with session.get(path) as response:
@@ -76,6 +84,8 @@ async def _load(
                         elapsed = (time.perf_counter() - started) * 1000
                         if response.status != 200:
                             errors += 1
+                        elif probe:
+                            baseline.append(elapsed)
                         else:
                             latencies.append(elapsed)
                             statuses[body["status"]] = statuses.get(body["status"], 0) + 1
@@ -84,7 +94,7 @@ async def _load(
                 await asyncio.sleep(interval)
 
     await asyncio.gather(*(client(i) for i in range(clients)))
-    return latencies, errors, statuses
+    return latencies, baseline, errors, statuses
 
 
 def _post(url: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -104,14 +114,30 @@ def _post(url: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any
         return exc.code, json.loads(exc.read() or b"{}")
 
 
-async def _keep_exporting(url: str, paths: list[str], stop_at: float) -> int:
-    """POST every export; re-POST with force whenever one is ready; count finished runs."""
+def _warm_up(url: str, paths: list[str], timeout_s: float = 600.0) -> dict[str, str]:
+    """POST every export, then wait until the daemon runs one (before the window opens)."""
+    import urllib.request
+
+    pending = {path: _post(url, path, {})[1].get("runId") or "" for path in paths}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for path in paths:
+            request = urllib.request.Request(
+                url + path, headers={"Authorization": f"Bearer {TOKEN}"}
+            )
+            with urllib.request.urlopen(request, timeout=30) as response:
+                if json.loads(response.read())["status"] in ("in_progress", "ready"):
+                    return pending
+        time.sleep(1.0)
+    raise RuntimeError(f"no export run started within {timeout_s} s")
+
+
+async def _keep_exporting(
+    url: str, paths: list[str], stop_at: float, pending: dict[str, str]
+) -> int:
+    """Re-POST every export with force whenever it is not running; count finished runs."""
     finished = 0
-    pending: dict[str, str] = {}
     loop = asyncio.get_running_loop()
-    for path in paths:
-        status, body = await loop.run_in_executor(None, _post, url, path, {})
-        pending[path] = body.get("runId") or ""
     while time.monotonic() < stop_at:
         await asyncio.sleep(2.0)
         for path in paths:
@@ -204,7 +230,7 @@ def run(clients: int, seconds: float, interval: float, captures: int) -> dict[st
                 url = f"http://127.0.0.1:{api_port}"
                 wait_http_ok(f"{url}/healthz", server, 120)
                 paths = [f"/captures/{k}/{r}" for k in keys for r in ROUTES]
-                latencies, errors, statuses, runs = asyncio.run(
+                latencies, baseline, errors, statuses, runs = asyncio.run(
                     _measure(url, paths, clients, seconds, interval)
                 )
             finally:
@@ -222,6 +248,8 @@ def run(clients: int, seconds: float, interval: float, captures: int) -> dict[st
         "p99_ms": round(_percentile(latencies, 0.99), 2),
         "max_ms": round(max(latencies), 2),
         "errors": errors,
+        "healthz_p50_ms": round(statistics.median(baseline), 2),
+        "healthz_p99_ms": round(_percentile(baseline, 0.99), 2),
         "server_p50_ms": round(statistics.median(server_ms), 2) if server_ms else None,
         "server_p99_ms": round(_percentile(server_ms, 0.99), 2) if server_ms else None,
         "statuses_seen": statuses,
@@ -241,12 +269,13 @@ def _server_times(log_path: Path) -> list[float]:
 
 async def _measure(
     url: str, paths: list[str], clients: int, seconds: float, interval: float
-) -> tuple[list[float], int, dict[str, int], int]:
+) -> tuple[list[float], list[float], int, dict[str, int], int]:
+    pending = await asyncio.get_running_loop().run_in_executor(None, _warm_up, url, paths)
     stop_at = time.monotonic() + seconds
-    exporting = asyncio.create_task(_keep_exporting(url, paths, stop_at))
-    latencies, errors, statuses = await _load(url, paths, clients, seconds, interval)
+    exporting = asyncio.create_task(_keep_exporting(url, paths, stop_at, pending))
+    latencies, baseline, errors, statuses = await _load(url, paths, clients, seconds, interval)
     runs = await exporting
-    return latencies, errors, statuses, runs
+    return latencies, baseline, errors, statuses, runs
 
 
 @contextlib.contextmanager
