@@ -8,8 +8,10 @@ re-encoded at ``width x height`` H.264 (a head-camera size; the synthetic clip i
 320x240). Three ways to turn the same video into per-frame samples, each run in turn per
 repeat (same process, same decoded frames, same decoder threads):
 
-* **egosmith**: `write_episode` as the exporter runs it: PyAV decode, 4:2:0 planes into
-  libjpeg-turbo (simplejpeg), lowdim / mano / meta, tar shards with SHA-256.
+* **egosmith**: `write_episode` as the exporter runs it: PyAV decode; two worker threads
+  each turn a frame into its finished tar bytes (4:2:0 planes read in place and
+  range-stretched into reused buffers, libjpeg-turbo via simplejpeg, lowdim / mano /
+  meta, tar headers); the calling thread appends them to the shard and hashes (SHA-256).
 * **baseline**: PyAV decode to RGB, PIL JPEG encode per frame, ``webdataset.TarWriter``
   writing the same four members (same arrays, same quality).
 * **codec floor**: PyAV decode + the same JPEG encode, writing nothing.
