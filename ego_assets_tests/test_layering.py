@@ -19,7 +19,9 @@ def test_nothing_outside_defs_imports_dagster():
     offenders = []
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE).as_posix()
-        if rel.startswith("defs/") or rel == "definitions.py":
+        # defs/ wires the library into Dagster; api/ is the export API, a client of the
+        # Dagster instance (runs by tag, launches through GraphQL, S3Resource presigning)
+        if rel.startswith(("defs/", "api/")) or rel == "definitions.py":
             continue
         if {"dagster", "dagster_aws"} & _imports(path):
             offenders.append(rel)
