@@ -1,4 +1,4 @@
-{{ config(materialized='view') }}
+{{ config(materialized='stable_view') }}
 {#- Hours and episodes per task, source kind, device, demonstrator and split. A view:
     one aggregate scan of `episodes` per query (tens of ms at 1M episodes, see
     docs/catalog.md), so a build costs nothing and the figures are never behind. -#}

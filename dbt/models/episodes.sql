@@ -10,28 +10,30 @@
 {#- One row per capture with a raw copy. Incremental: only captures whose staged rows
     changed since the last build are recomputed (macros/incremental.sql); captures whose
     raw copy was removed are deleted first. -#}
-with {{ changed_cte() }},
+-- depends_on: {{ source('platform', 'item_versions') }}
+{%- set changes = catalog_changes() %}
+with {{ changed_cte(changes) }}
 batch as (
   select {{ current_batch() }} as number
 ),
 manifests as (
-  select * from {{ changed_rows(source('platform', 'raw_manifests')) }}
+  select * from {{ changed_rows(source('platform', 'raw_manifests'), changes) }}
 ),
 headers as (
-  select * from {{ changed_rows(source('platform', 'trajectory_headers')) }}
+  select * from {{ changed_rows(source('platform', 'trajectory_headers'), changes) }}
 ),
 quality as (
-  select * from {{ changed_rows(source('platform', 'quality_rows')) }}
+  select * from {{ changed_rows(source('platform', 'quality_rows'), changes) }}
 ),
 gates as (
-  select * from {{ changed_rows(source('platform', 'quality_gates')) }}
+  select * from {{ changed_rows(source('platform', 'quality_gates'), changes) }}
 ),
 formats as (
   select * from {{ source('platform', 'export_formats') }}
 )
 {%- for fmt in var('export_formats') %},
 receipts_{{ fmt }} as (
-  select * from {{ changed_rows(source('platform', 'export_receipts_' ~ fmt)) }}
+  select * from {{ changed_rows(source('platform', 'export_receipts_' ~ fmt), changes) }}
 )
 {%- endfor %}
 

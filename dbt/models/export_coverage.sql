@@ -1,4 +1,4 @@
-{{ config(materialized='view') }}
+{{ config(materialized='stable_view') }}
 {#- One row per export format, also for a format with no receipt yet: how many episodes
     are exported (current), skipped by the exporter (current receipt, no data: e.g. no head
     camera), blocked by the gate, stale or missing, and the first

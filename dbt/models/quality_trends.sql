@@ -6,14 +6,30 @@
   )
 }}
 {#- Per landing day and source kind. Incremental: only the (day, kind) groups that hold
-    an episode rebuilt in `episodes` since this table's last build are recomputed. -#}
+    an episode rebuilt in `episodes` since this table's last build are recomputed. Rebuilt
+    episodes carry a newer `_batch` and sit in the last row groups of `episodes`; their
+    landing days, looked up while dbt compiles the model, bound the rows read. -#}
+{%- set days = [] %}
+{%- if execute and is_incremental() %}
+  {%- set watermark = run_query(
+        'select coalesce(max(_batch), -1) from ' ~ this).columns[0].values()[0] | int %}
+  {%- set touched_days = run_query(
+        'select distinct landing_day::varchar from ' ~ ref('episodes')
+        ~ ' where _batch > ' ~ watermark ~ ' and landing_day is not null order by 1') %}
+  {%- for day in touched_days.columns[0].values() %}{% do days.append(day) %}{% endfor %}
+{%- endif %}
 with touched as (
   select distinct landing_day, source_kind from {{ ref('episodes') }}
-  {%- if is_incremental() %} where _batch > {{ last_batch() }}{% endif %}
+  {%- if is_incremental() %} where _batch > {{ watermark }}{% endif %}
 ),
 scope as (
   select e.* from {{ ref('episodes') }} e
-  {%- if is_incremental() %} semi join touched t using (landing_day, source_kind){% endif %}
+  {%- if is_incremental() %}
+  semi join touched t using (landing_day, source_kind)
+  where e.landing_day in (
+    {%- for day in days %}date '{{ day }}'{{ ', ' if not loop.last }}{% endfor %}
+    {%- if not days %}null{% endif %})
+  {%- endif %}
 ),
 metric_counts as (
   select landing_day, source_kind, worst_metric, count(*) as n
