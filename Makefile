@@ -80,6 +80,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench holos --json bench/results/holos.json
 	$(BIN)/python -m bench egosmith --json bench/results/egosmith.json
 	$(BIN)/python -m bench api --json bench/results/api.json
+	$(BIN)/python -m bench catalog --json bench/results/catalog.json
 
 clean:
 	rm -rf data .dagster_home

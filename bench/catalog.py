@@ -11,12 +11,19 @@ year, then:
 
 1. parses the dbt project once and reuses the manifest for every invocation (in-process
    dbtRunner: what ``ego-assets catalog --build`` does);
-2. full build: ``dbt run --full-refresh``;
-3. stages ``--new`` more captures (one landing day) as a new batch and runs ``dbt run``
-   again: the incremental refresh;
-4. times each model's typical query (median of ``--repeats``, read-only connection).
+2. warms dbt up on a small scratch catalog (``--warmup`` episodes: a full build and an
+   incremental refresh). dbt compiles each Jinja macro it uses (materializations,
+   incremental strategy, adapter macros) once per process, inside the first model that
+   needs it, so a process's first full build and first incremental refresh each carry
+   that fixed cost in a model's ``execution_time``. It is reported as
+   ``dbt_warmup_s``, like the parse, rather than charged to whichever model runs first;
+3. full build: ``dbt run --full-refresh``;
+4. stages ``--new`` more captures (one landing day) as a new batch and runs ``dbt run``
+   again: the incremental refresh (the same four models);
+5. times each model's typical query (median of ``--repeats``, read-only connection).
 
-Model times are dbt's own (``run_results.json``: each model's ``execution_time``); the
+Model times are dbt's own (``run_results.json``: each model's ``execution_time``, which
+covers compiling the model, the look-ups it runs then, and its materialization); the
 per-invocation overhead is the invocation's wall time minus them, both in process with
 the parsed manifest and as a ``dbt`` subprocess with partial parsing (how dagster-dbt
 runs it). Prints a table and writes ``{"incremental_ratio", "max_query_s",
@@ -242,7 +249,24 @@ def _time_queries(database: Path, repeats: int) -> dict[str, float]:
     return times
 
 
-def run(episodes: int, new: int, repeats: int) -> dict[str, Any]:
+def _warm_up(runner: Any, tmp: Path, episodes: int) -> float:
+    """A full build and an incremental refresh of a small scratch catalog; wall time, s."""
+    scratch = tmp / "warmup" / "catalog.duckdb"  # the parsed manifest names the catalog
+    scratch.parent.mkdir()
+    start = time.perf_counter()
+    with duckdb.connect(str(scratch)) as con:
+        ensure_schema(con)
+        _simulate(con, 0, episodes, batch=1)
+    os.environ[DB_ENV] = str(scratch)
+    _run_in_process(runner, tmp / "warmup-target", ["run", "--full-refresh"])
+    with duckdb.connect(str(scratch)) as con:
+        _simulate(con, episodes, max(1, episodes // 100), batch=2)
+    _run_in_process(runner, tmp / "warmup-target", ["run"])
+    scratch.unlink()
+    return time.perf_counter() - start
+
+
+def run(episodes: int, new: int, repeats: int, warmup: int = 2000) -> dict[str, Any]:
     from dbt.cli.main import dbtRunner
 
     with tempfile.TemporaryDirectory(prefix="bench-catalog-") as tmp:
@@ -259,7 +283,9 @@ def run(episodes: int, new: int, repeats: int) -> dict[str, Any]:
         manifest = parse_project()
         parse_s = time.perf_counter() - start
         runner = dbtRunner(manifest=manifest)
+        warmup_s = _warm_up(runner, Path(tmp), warmup) if warmup else 0.0
 
+        os.environ[DB_ENV] = str(database)
         full, full_wall = _run_in_process(runner, target, ["run", "--full-refresh"])
         with duckdb.connect(str(database)) as con:
             _simulate(con, episodes, new, batch=2)
@@ -279,6 +305,8 @@ def run(episodes: int, new: int, repeats: int) -> dict[str, Any]:
         "episodes_after": rows,
         "simulate_s": simulate_s,
         "parse_once_s": parse_s,
+        "warmup_episodes": warmup,
+        "dbt_warmup_s": warmup_s,
         "full_build_s": full_s,
         "full_build_models_s": full,
         "incremental_s": incremental_s,
@@ -299,6 +327,10 @@ def _table(result: dict[str, Any]) -> str:
         ("episodes (then new)", f"{result['episodes']:,} (+{result['new_episodes']:,})"),
         ("simulate rows", f"{result['simulate_s']:.1f} s"),
         ("dbt parse (once)", f"{result['parse_once_s']:.2f} s"),
+        (
+            f"dbt warm-up ({result['warmup_episodes']:,} episodes, once)",
+            f"{result['dbt_warmup_s']:.2f} s",
+        ),
         ("full build, models", f"{result['full_build_s']:.2f} s"),
         ("incremental refresh, models", f"{result['incremental_s']:.2f} s"),
         (
@@ -333,9 +365,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--episodes", type=int, default=1_000_000)
     parser.add_argument("--new", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--warmup", type=int, default=2000, help="scratch catalog episodes (0: no warm-up)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    result = run(args.episodes, args.new, args.repeats)
+    result = run(args.episodes, args.new, args.repeats, args.warmup)
     report(_table(result), result, args.json)
     ok = result["incremental_ratio"] <= RATIO_TARGET and result["max_query_s"] <= QUERY_TARGET_S
     return 0 if ok else 1

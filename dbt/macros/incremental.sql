@@ -26,33 +26,29 @@
   {%- if not (execute and is_incremental()) -%}
     {{ return({'full': true, 'watermark': -1, 'all_keys': true, 'old_keys': 0}) }}
   {%- endif -%}
-  {%- set watermark = run_query(
-        'select coalesce(max(_batch), -1) from ' ~ this
-      ).columns[0].values()[0] | int -%}
-  {%- set formats_changed = run_query(
-        'select count(*) from ' ~ source('platform', 'export_formats')
-        ~ ' where _batch > ' ~ watermark
-      ).columns[0].values()[0] | int -%}
-  {%- set old_keys = 0 -%}
-  {%- if not formats_changed -%}
-    {#- The changed keys go to a temporary table first: its exact size makes DuckDB
-        build the join's hash table on those few keys and probe the model's key column
-        once (against the subquery, whose size it overestimates, it builds on the
-        model's million keys instead: 0.5 s). No other column of the model is read. -#}
-    {%- do run_query(
-          'create or replace temporary table catalog_changed_keys as select distinct '
-          ~ 'capture_key from (' ~ changed_keys(watermark) ~ ')') -%}
-    {%- set old_keys = run_query(
-          'select count(*) from ' ~ this ~ ' where capture_key in '
-          ~ '(select capture_key from catalog_changed_keys)'
-        ).columns[0].values()[0] | int -%}
-    {%- do run_query('drop table catalog_changed_keys') -%}
-  {%- endif -%}
+  {%- set watermark_sql = '(select coalesce(max(_batch), -1) from ' ~ this ~ ')' -%}
+  {#- The changed keys go to a temporary table first: its exact size makes DuckDB build
+      the join's hash table on those few keys and probe the model's key column once
+      (against a subquery, whose size it overestimates, it builds on the model's
+      million keys instead: 0.5 s). No other column of the model is read. (A scan
+      filtered by `_batch >` a one-row subquery is still pruned: DuckDB pushes the
+      subquery's value into the scan as a filter once it is known.) -#}
+  {%- do run_query(
+        'create or replace temporary table catalog_changed_keys as select distinct '
+        ~ 'capture_key from ' ~ source('platform', 'item_versions')
+        ~ ' where _batch > ' ~ watermark_sql) -%}
+  {%- set found = run_query(
+        'select ' ~ watermark_sql ~ ' as watermark, '
+        ~ '(select count(*) from ' ~ source('platform', 'export_formats')
+        ~ ' where _batch > ' ~ watermark_sql ~ ') as formats_changed, '
+        ~ '(select count(*) from ' ~ this ~ ' where capture_key in '
+        ~ '(select capture_key from catalog_changed_keys)) as old_keys') -%}
+  {%- set row = found.rows[0] -%}
   {{ return({
       'full': false,
-      'watermark': watermark,
-      'all_keys': formats_changed > 0,
-      'old_keys': old_keys,
+      'watermark': row['watermark'] | int,
+      'all_keys': (row['formats_changed'] | int) > 0,
+      'old_keys': row['old_keys'] | int,
   }) }}
 {%- endmacro %}
 
@@ -96,23 +92,14 @@
   {%- endif -%}
 {%- endmacro %}
 
-{# Before an incremental build: drop the captures whose raw copy was removed since. #}
+{# Before an incremental build: drop the captures whose raw copy was removed since (one
+   statement: usually there are none, and the subquery's value prunes the scan). #}
 {% macro delete_removed_captures() -%}
-  {%- set removed = [] -%}
-  {%- if execute and is_incremental() -%}
-    {%- set watermark = run_query(
-          'select coalesce(max(_batch), -1) from ' ~ this
-        ).columns[0].values()[0] | int -%}
-    {%- set found = run_query(
-          'select capture_key from ' ~ source('platform', 'item_versions')
-          ~ ' where _batch > ' ~ watermark
-          ~ " and source = 'raw_manifests' and fingerprint is null") -%}
-    {%- for key in found.columns[0].values() %}{% do removed.append(key) %}{% endfor -%}
-  {%- endif -%}
-  {%- if removed -%}
+  {%- if is_incremental() -%}
   delete from {{ this }} where capture_key in (
     select capture_key from {{ source('platform', 'item_versions') }}
-    where _batch > {{ watermark }} and source = 'raw_manifests' and fingerprint is null
+    where _batch > (select coalesce(max(_batch), -1) from {{ this }})
+      and source = 'raw_manifests' and fingerprint is null
   )
   {%- else -%}
   select 1

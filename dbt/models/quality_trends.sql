@@ -11,12 +11,14 @@
     landing days, looked up while dbt compiles the model, bound the rows read. -#}
 {%- set days = [] %}
 {%- if execute and is_incremental() %}
-  {%- set watermark = run_query(
-        'select coalesce(max(_batch), -1) from ' ~ this).columns[0].values()[0] | int %}
-  {%- set touched_days = run_query(
-        'select distinct landing_day::varchar from ' ~ ref('episodes')
-        ~ ' where _batch > ' ~ watermark ~ ' and landing_day is not null order by 1') %}
-  {%- for day in touched_days.columns[0].values() %}{% do days.append(day) %}{% endfor %}
+  {%- set found = run_query(
+        'with w as (select coalesce(max(_batch), -1) as watermark from ' ~ this ~ ') '
+        ~ 'select any_value(w.watermark) as watermark, '
+        ~ "coalesce(string_agg(distinct e.landing_day::varchar, ','), '') as days "
+        ~ 'from w left join ' ~ ref('episodes') ~ ' e on e._batch > w.watermark'
+      ).rows[0] %}
+  {%- set watermark = found['watermark'] | int %}
+  {%- for day in found['days'].split(',') | sort if day %}{% do days.append(day) %}{% endfor %}
 {%- endif %}
 with touched as (
   select distinct landing_day, source_kind from {{ ref('episodes') }}
