@@ -92,8 +92,11 @@ def _pick(options: str, salt: str, modulo: str = "") -> str:
     return f"{options}[1 + h(i, '{salt}') % len({options}){modulo}]"
 
 
-def _simulate(con: duckdb.DuckDBPyConnection, first: int, count: int, batch: int) -> None:
-    """Stage ``count`` simulated captures (keys ``ep-<first>``...) as staging ``batch``."""
+def _simulate(
+    con: duckdb.DuckDBPyConnection, first: int, count: int, batch: int, random_keys: bool = False
+) -> None:
+    """Stage ``count`` simulated captures (keys ``ep-<first>``..., or ``ep-<md5>`` when
+    ``random_keys``) as staging ``batch``."""
     days = 365
     # h(i, salt): a deterministic pseudo-random non-negative integer per episode
     con.execute("create or replace macro h(i, salt) as cast(hash(i, salt) % 1000003 as bigint)")
@@ -101,7 +104,7 @@ def _simulate(con: duckdb.DuckDBPyConnection, first: int, count: int, batch: int
         f"""
         create or replace temp table sim as
         select
-          printf('ep-%08d', i) as capture_key,
+          {"'ep-' || md5(i::varchar)" if random_keys else "printf('ep-%08d', i)"} as capture_key,
           i,
           {KINDS}[1 + who % 5] as kind,
           {DEVICES}[1 + who % 5] as device,
@@ -266,7 +269,9 @@ def _warm_up(runner: Any, tmp: Path, episodes: int) -> float:
     return time.perf_counter() - start
 
 
-def run(episodes: int, new: int, repeats: int, warmup: int = 2000) -> dict[str, Any]:
+def run(
+    episodes: int, new: int, repeats: int, warmup: int = 2000, random_keys: bool = False
+) -> dict[str, Any]:
     from dbt.cli.main import dbtRunner
 
     with tempfile.TemporaryDirectory(prefix="bench-catalog-") as tmp:
@@ -276,7 +281,7 @@ def run(episodes: int, new: int, repeats: int, warmup: int = 2000) -> dict[str, 
         with duckdb.connect(str(database)) as con:
             ensure_schema(con)
             start = time.perf_counter()
-            _simulate(con, 0, episodes, batch=1)
+            _simulate(con, 0, episodes, batch=1, random_keys=random_keys)
             simulate_s = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -288,7 +293,7 @@ def run(episodes: int, new: int, repeats: int, warmup: int = 2000) -> dict[str, 
         os.environ[DB_ENV] = str(database)
         full, full_wall = _run_in_process(runner, target, ["run", "--full-refresh"])
         with duckdb.connect(str(database)) as con:
-            _simulate(con, episodes, new, batch=2)
+            _simulate(con, episodes, new, batch=2, random_keys=random_keys)
         incremental, incremental_wall = _run_in_process(runner, target, ["run"])
         # the fixed cost alone: a run with nothing new for the incremental models
         idle, idle_wall = _run_in_process(runner, target, ["run", "--select", "quality_trends"])
@@ -302,6 +307,7 @@ def run(episodes: int, new: int, repeats: int, warmup: int = 2000) -> dict[str, 
     return {
         "episodes": episodes,
         "new_episodes": new,
+        "capture_keys": "random" if random_keys else "sequential",
         "episodes_after": rows,
         "simulate_s": simulate_s,
         "parse_once_s": parse_s,
@@ -325,6 +331,7 @@ def run(episodes: int, new: int, repeats: int, warmup: int = 2000) -> dict[str, 
 def _table(result: dict[str, Any]) -> str:
     rows = [
         ("episodes (then new)", f"{result['episodes']:,} (+{result['new_episodes']:,})"),
+        ("capture keys", result["capture_keys"]),
         ("simulate rows", f"{result['simulate_s']:.1f} s"),
         ("dbt parse (once)", f"{result['parse_once_s']:.2f} s"),
         (
@@ -368,9 +375,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--warmup", type=int, default=2000, help="scratch catalog episodes (0: no warm-up)"
     )
+    parser.add_argument(
+        "--random-keys",
+        action="store_true",
+        help="capture keys in no order (ep-<md5>) instead of ep-00000000, ep-00000001, ...",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    result = run(args.episodes, args.new, args.repeats, args.warmup)
+    result = run(args.episodes, args.new, args.repeats, args.warmup, args.random_keys)
     report(_table(result), result, args.json)
     ok = result["incremental_ratio"] <= RATIO_TARGET and result["max_query_s"] <= QUERY_TARGET_S
     return 0 if ok else 1

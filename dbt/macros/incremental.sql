@@ -3,12 +3,14 @@
 
   Every staged row carries `_batch`, the staging run that wrote it, and staging appends
   (a replaced row is deleted and its new version inserted), so rows of newer batches sit
-  in the last row groups. A predicate `_batch > <number>` on a literal skips every older
-  row group through DuckDB's min/max zone maps; the same predicate against a subquery
-  (`_batch > (select max(_batch) from this)`) is a join, and reads every row. So the
-  incremental models first look up what changed, as literals, with a few small queries
-  that dbt runs while it compiles the model (`catalog_changes`), and render only the
-  SQL the change needs.
+  in the last row groups, and `_batch > <watermark>` skips every older row group through
+  DuckDB's min/max zone maps. Written generically (an older-rows branch for changed
+  captures that already had a row, always present, with the watermark and the changed
+  keys as subqueries), DuckDB overestimated the changed keys and built its hash tables on
+  each staged table's million older rows: 0.9 s for 10,000 new captures. So the
+  incremental models first look up what changed, as literals, with two small queries that
+  dbt runs while it compiles the model (`catalog_changes`), and render only the SQL the
+  change needs: usually just the rows of the newer batches.
 #}
 
 {#- `catalog_changes()`: what changed since this model's table was last built.

@@ -11,11 +11,11 @@
     landing days, looked up while dbt compiles the model, bound the rows read. -#}
 {%- set days = [] %}
 {%- if execute and is_incremental() %}
+  {%- set watermark_sql = '(select coalesce(max(_batch), -1) from ' ~ this ~ ')' %}
   {%- set found = run_query(
-        'with w as (select coalesce(max(_batch), -1) as watermark from ' ~ this ~ ') '
-        ~ 'select any_value(w.watermark) as watermark, '
-        ~ "coalesce(string_agg(distinct e.landing_day::varchar, ','), '') as days "
-        ~ 'from w left join ' ~ ref('episodes') ~ ' e on e._batch > w.watermark'
+        'select ' ~ watermark_sql ~ ' as watermark, '
+        ~ "(select coalesce(string_agg(distinct landing_day::varchar, ','), '') from "
+        ~ ref('episodes') ~ ' where _batch > ' ~ watermark_sql ~ ') as days'
       ).rows[0] %}
   {%- set watermark = found['watermark'] | int %}
   {%- for day in found['days'].split(',') | sort if day %}{% do days.append(day) %}{% endfor %}
