@@ -566,23 +566,48 @@ class Browser:
         options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
         self.driver = webdriver.Chrome(options=options, service=Service(str(self.DRIVER)))
         self.driver.set_page_load_timeout(900)
+        self._posts: list[dict[str, Any]] = []
+        self._request_ids: dict[str, str | None] = {}
+        self._finished: set[str] = set()
 
     @classmethod
     def available(cls) -> bool:
         return cls.CHROMIUM.exists() and cls.DRIVER.exists()
 
-    def graphql_posts(self) -> list[dict[str, Any]]:
-        """GraphQL bodies posted since the last call (operationName, query, variables)."""
-        posts = []
+    def _drain(self) -> None:
+        """Move new performance-log entries into the recorded posts and finished ids."""
         for entry in self.driver.get_log("performance"):
             message = json.loads(entry["message"])["message"]
-            if message.get("method") != "Network.requestWillBeSent":
+            method, params = message.get("method"), message.get("params", {})
+            if method in ("Network.loadingFinished", "Network.loadingFailed"):
+                self._finished.add(params.get("requestId"))
+            if method != "Network.requestWillBeSent":
                 continue
-            request = message["params"]["request"]
+            request = params["request"]
             if request.get("method") == "POST" and "/graphql" in request.get("url", ""):
                 with contextlib.suppress(KeyError, ValueError):
-                    posts.append(json.loads(request["postData"]))
+                    post = json.loads(request["postData"])
+                    self._posts.append(post)
+                    self._request_ids[params["requestId"]] = post.get("operationName")
+
+    def graphql_posts(self) -> list[dict[str, Any]]:
+        """GraphQL bodies posted since the last call (operationName, query, variables)."""
+        self._drain()
+        posts, self._posts = self._posts, []
         return posts
+
+    def wait_response(self, operation: str, timeout_s: float = 900) -> None:
+        """Until a response to a posted ``operation`` has been fully received."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._drain()
+            if any(
+                name == operation and rid in self._finished
+                for rid, name in self._request_ids.items()
+            ):
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"no {operation} response within {timeout_s} s")
 
     def wait_text(self, *needles: str, timeout_s: float = 900) -> float:
         """Seconds until the page's text holds every needle."""
@@ -596,10 +621,14 @@ class Browser:
         )
         return time.perf_counter() - start
 
-    def load(self, url: str, *needles: str) -> float:
+    def load(self, url: str, *needles: str, operation: str = "PartitionHealthQuery") -> float:
+        """Seconds until the page shows ``needles`` and ``operation``'s data has arrived."""
+        self._request_ids.clear()
+        self._finished.clear()
         start = time.perf_counter()
         self.driver.get(url)
         self.wait_text(*needles)
+        self.wait_response(operation)
         return time.perf_counter() - start
 
     def open_materialize_dialog(self) -> float:
@@ -616,8 +645,13 @@ class Browser:
         if not buttons:
             raise RuntimeError("no Materialize button on the asset page")
         start = time.perf_counter()
+        self._request_ids.clear()
+        self._finished.clear()
         buttons[0].click()
         self.wait_text("Launch")
+        self._drain()  # the dialog re-asks for partition health unless the page's is cached
+        if "PartitionHealthQuery" in self._request_ids.values():
+            self.wait_response("PartitionHealthQuery")
         return time.perf_counter() - start
 
     def quit(self) -> None:
