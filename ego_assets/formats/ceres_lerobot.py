@@ -46,7 +46,9 @@ from ego_assets.formats.lerobot_video import QUANTILES, quantile_name
 from ego_assets.trajectory.model import Trajectory
 
 FORMAT_NAME = "ceres-lerobot-v3"
-FORMAT_SPEC_VERSION = 1
+# Bumped when the bytes written for the same trajectory change, so existing shards go stale
+# and the stale-code sensor re-exports them (2: H.264 at lerobot's CRF 30 / GOP 2).
+FORMAT_SPEC_VERSION = 2
 CODE_VERSION = f"{FORMAT_NAME}-{FORMAT_SPEC_VERSION}"
 CODEBASE_VERSION = "v3.0"
 CAMERA_KEY = "observation.images.passthrough"
