@@ -42,6 +42,9 @@ def test_sensor_registers_complete_captures_and_requests_one_run_each(tmp_path):
         assert not result.dynamic_partitions_requests
         assert instance.get_dynamic_partitions("captures") == ["cap-b", "cap-a"]
         # the tags Dagster's own resolution would give the partitioned run
+        # Resolving the job reads Dagster's definitions state through the current instance;
+    # a test instance makes that independent of instances other tests left behind.
+    with dg.instance_for_test():
         job = build_defs(StorageResource(root=str(tmp_path))).resolve_job_def("capture_job")
         for request in result.run_requests:
             expected = job.get_tags_for_partition_key(request.partition_key, None)
@@ -122,7 +125,10 @@ def test_a_landed_capture_runs_every_per_capture_asset_all_three_exports_include
     from ego_assets.definitions import ASSETS
     from ego_assets_tests.test_celery_scaleout import CAPTURE_JOB_ASSETS
 
-    job = build_defs(StorageResource(root=str(tmp_path))).resolve_job_def("capture_job")
+    # Resolving the job reads Dagster's definitions state through the current instance;
+    # a test instance makes that independent of instances other tests left behind.
+    with dg.instance_for_test():
+        job = build_defs(StorageResource(root=str(tmp_path))).resolve_job_def("capture_job")
     in_job = {key.to_user_string() for key in job.asset_layer.executable_asset_keys}
     per_capture = {a.key.to_user_string() for a in ASSETS if a.partitions_def is not None}
     assert in_job == per_capture == set(CAPTURE_JOB_ASSETS)
