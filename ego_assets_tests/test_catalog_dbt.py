@@ -250,6 +250,8 @@ def test_catalog_on_s3_and_the_cli(root, s3_server, s3_bucket, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "export coverage" in printed
+    header = printed.split("export coverage")[1].split()[:10]
+    assert header[:6] == ["format", "code_version", "episodes", "exported", "skipped", "blocked"]
     assert "catalog/warehouse/catalog.duckdb" in s3_server.keys(url)
     storage = Storage(url, storage_options=s3_server.storage_options)
     assert read_receipt(storage, "ceres_episode", CLEAN) is not None

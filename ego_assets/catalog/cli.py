@@ -27,7 +27,7 @@ order by hours desc, episodes desc, task, source_kind, device, demonstrator, spl
 """
 COVERAGE_SQL = """
 select format, coalesce(current_code_version, '-') as code_version, episodes, exported,
-       blocked, stale, missing, exported_bytes
+       skipped, blocked, stale, missing, exported_bytes
 from export_coverage order by format
 """
 MAX_ROWS = 25
