@@ -49,14 +49,29 @@ system-deps:
 	fi
 
 # The real lerobot in its own venv for the CERES export conformance test (pins and
-# reasons in the requirements file); rebuilt only when that file changes.
-LEROBOT_VENV := .venv-lerobot
+# reasons in the requirements file); rebuilt from scratch only when that file changes.
+# lerobot 0.6.x, the release its users run, needs Python 3.12: take `python3.12` if it
+# runs, else pyenv's 3.12 (its shim fails while another version is selected).
+LEROBOT_PY312 := $(shell for p in python3.12 $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python3.12; do \
+	"$$p" -c 'import sys; print(sys.executable)' 2>/dev/null && break; done)
+ifneq ($(LEROBOT_PY312),)
+LEROBOT_PYTHON := $(LEROBOT_PY312)
 LEROBOT_REQUIREMENTS := ego_assets_tests/lerobot/requirements.txt
+LEROBOT_VERSION := 0.6.1
+else
+# FALLBACK without Python 3.12: lerobot 0.4.4, the newest release for Python 3.11 (same
+# LeRobotDataset v3.0 layout), on our $(PYTHON).
+LEROBOT_PYTHON := $(PYTHON)
+LEROBOT_REQUIREMENTS := ego_assets_tests/lerobot/requirements-py311.txt
+LEROBOT_VERSION := 0.4.4
+endif
+LEROBOT_VENV := .venv-lerobot
 LEROBOT_STAMP := $(LEROBOT_VENV)/.installed-stamp
 $(LEROBOT_STAMP): $(LEROBOT_REQUIREMENTS)
-	test -x $(LEROBOT_VENV)/bin/python || $(PYTHON) -m venv $(LEROBOT_VENV)
+	rm -rf $(LEROBOT_VENV)
+	$(LEROBOT_PYTHON) -m venv $(LEROBOT_VENV)
 	$(LEROBOT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r $(LEROBOT_REQUIREMENTS)
-	$(LEROBOT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps lerobot==0.4.4
+	$(LEROBOT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps lerobot==$(LEROBOT_VERSION)
 	touch $@
 
 lerobot-env: $(LEROBOT_STAMP)
