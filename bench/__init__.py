@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("bench")
+
+POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 
 
 def name_value_table(rows: Sequence[tuple[str, str]]) -> str:
@@ -22,3 +26,45 @@ def report(table: str, result: dict[str, Any], json_path: Path | None) -> None:
     log.info("%s", table)
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=1) + "\n")
+
+
+@contextlib.contextmanager
+def postgres_home(
+    home: Path, prefix: str, extra_config: dict[str, Any] | None = None
+) -> Iterator[tuple[Path, str]]:
+    """DAGSTER_HOME on a fresh database ``<prefix>_<hex>`` of the local PostgreSQL (plus
+    ``extra_config`` in its dagster.yaml); yields (home, database name), drops it on exit."""
+    import psycopg2
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+    def admin(sql: str) -> None:
+        conn = psycopg2.connect(dbname="postgres", **POSTGRES)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(sql)
+        conn.close()
+
+    admin(f'CREATE DATABASE "{name}"')
+    home.mkdir(parents=True, exist_ok=True)
+    config = {
+        "storage": {
+            "postgres": {
+                "postgres_db": {
+                    "hostname": POSTGRES["host"],
+                    "port": POSTGRES["port"],
+                    "username": POSTGRES["user"],
+                    "password": "",
+                    "db_name": name,
+                    "scheme": "postgresql+psycopg2",
+                }
+            }
+        },
+        **(extra_config or {}),
+        "telemetry": {"enabled": False},
+    }
+    (home / "dagster.yaml").write_text(json.dumps(config))
+    try:
+        yield home, name
+    finally:
+        admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

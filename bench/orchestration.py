@@ -29,20 +29,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import shutil
 import statistics
 import tempfile
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import name_value_table, report
+from bench import name_value_table, postgres_home, report
 
 KINDS = ("holos-iphone", "holos-visionpro", "webxr")
 RANGE_START = "dagster/asset_partition_range_start"
@@ -78,9 +76,6 @@ def _direct(root: Path, keys: list[str]) -> float:
     return time.perf_counter() - start
 
 
-POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
-
-
 @contextlib.contextmanager
 def _instance_home(home: Path, backend: str) -> Iterator[Path]:
     """A DAGSTER_HOME for ``backend``: SQLite files, or a fresh PostgreSQL database."""
@@ -89,37 +84,8 @@ def _instance_home(home: Path, backend: str) -> Iterator[Path]:
         (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
         yield home
         return
-    import psycopg2
-
-    name = f"ego_bench_{uuid.uuid4().hex[:10]}"
-
-    def admin(sql: str) -> None:
-        conn = psycopg2.connect(dbname="postgres", **POSTGRES)
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(sql)
-        conn.close()
-
-    admin(f'CREATE DATABASE "{name}"')
-    db = {"hostname": POSTGRES["host"], "port": POSTGRES["port"], "username": "postgres"}
-    config = {
-        "storage": {
-            "postgres": {
-                "postgres_db": {
-                    **db,
-                    "password": "",
-                    "db_name": name,
-                    "scheme": "postgresql+psycopg2",
-                }
-            }
-        },
-        "telemetry": {"enabled": False},
-    }
-    (home / "dagster.yaml").write_text(json.dumps(config))
-    try:
+    with postgres_home(home, "ego_bench") as (home, _):
         yield home
-    finally:
-        admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _dagster(

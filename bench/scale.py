@@ -45,15 +45,14 @@ import os
 import tempfile
 import time
 import urllib.request
-import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import log, report
+import bench
+from bench import POSTGRES, log, report
 
-POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 SEED_BATCH = 5000
 NEW_CAPTURES = 1000
 BACKFILL_EPISODES = 10_000
@@ -81,44 +80,15 @@ def postgres_home(home: Path, prefix: str = "scale") -> Iterator[tuple[Path, str
     Runs go to a queue that never launches any (``max_concurrent_runs: 0``): the backfill
     daemon plans and submits, nothing executes.
     """
-    import psycopg2
-
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-
-    def admin(sql: str) -> None:
-        conn = psycopg2.connect(dbname="postgres", **POSTGRES)
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(sql)
-        conn.close()
-
-    admin(f'CREATE DATABASE "{name}"')
-    home.mkdir(parents=True, exist_ok=True)
-    config = {
-        "storage": {
-            "postgres": {
-                "postgres_db": {
-                    "hostname": POSTGRES["host"],
-                    "port": POSTGRES["port"],
-                    "username": POSTGRES["user"],
-                    "password": "",
-                    "db_name": name,
-                    "scheme": "postgresql+psycopg2",
-                }
-            }
-        },
+    queue_only = {
         "run_coordinator": {
             "module": "dagster.core.run_coordinator",
             "class": "QueuedRunCoordinator",
         },
         "concurrency": {"runs": {"max_concurrent_runs": 0}},
-        "telemetry": {"enabled": False},
     }
-    (home / "dagster.yaml").write_text(json.dumps(config))
-    try:
+    with bench.postgres_home(home, prefix, queue_only) as (home, name):
         yield home, name
-    finally:
-        admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _materialization(asset_key: Any, partition: str, timestamp: float) -> Any:
