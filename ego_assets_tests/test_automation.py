@@ -118,8 +118,8 @@ def test_a_bump_is_paged_one_page_per_tick(instance, monkeypatch):
 def _small_pages(limit: int):
     from ego_assets.defs.partitions import page_captures
 
-    def page(instance, after, limit_: int = limit):
-        return page_captures(instance, after, limit)
+    def page(instance, after, limit_: int = limit, **kwargs):
+        return page_captures(instance, after, limit, **kwargs)
 
     return page
 
@@ -156,3 +156,56 @@ def test_the_automation_sensors_old_cursor_counts_as_a_first_tick(instance):
     first = _tick(_defs("normalize-2"), instance, old)
     assert not first.run_requests
     assert json.loads(first.cursor)["versions"]["trajectory"] == "normalize-2"
+
+
+def _three_sets_defs(trajectory_version: str) -> dg.Definitions:
+    from ego_assets.defs.automation import build_stale_code_sensor
+    from ego_assets.defs.ingest import build_raw_capture, build_trajectory
+    from ego_assets.defs.partitions import CaptureSet
+
+    assets = []
+    for i in range(3):
+        cs = CaptureSet(i)
+        bumped = build_trajectory(cs).map_asset_specs(
+            lambda spec: spec.replace_attributes(code_version=trajectory_version)
+        )
+        assets += [build_raw_capture(cs), bumped]
+    return dg.Definitions(
+        assets=assets,
+        sensors=[build_stale_code_sensor(3)],
+        resources={"storage": StorageResource(root="unused")},
+    )
+
+
+def test_three_sets_are_walked_per_set_and_asset_with_constant_queries():
+    from ego_assets.defs.partitions import CaptureSet, group_by_set
+
+    def run(registered: int) -> tuple[int, dict[dg.AssetKey, set[str]]]:
+        with dg.instance_for_test() as instance:
+            keys = [f"c{i:05d}" for i in range(registered)]
+            done = keys[:6]  # the same captures at both sizes: the same sets
+            by_set = group_by_set(keys, 3)
+            for cs, members in by_set.items():
+                instance.add_dynamic_partitions(cs.partitions_name, members)
+            for cs, members in group_by_set(done, 3).items():
+                for key in members:
+                    for asset in ("raw_capture", "trajectory"):
+                        instance.report_runless_asset_event(
+                            dg.AssetMaterialization(asset_key=cs.key(asset), partition=key)
+                        )
+            first = _tick(_three_sets_defs("normalize-1"), instance, None)
+            with sql_statements() as bump:
+                data = _tick(_three_sets_defs("normalize-2"), instance, first.cursor)
+            expected = {
+                cs.key("trajectory"): set(members) for cs, members in group_by_set(done, 3).items()
+            }
+            assert _requested(data) == expected
+            state = json.loads(data.cursor)
+            assert state["pending"] == {}
+            assert set(state["versions"]) == {
+                CaptureSet(i).key("trajectory").to_user_string() for i in range(3)
+            }
+            return len(bump), _requested(data)
+
+    small, large = run(100), run(5000)
+    assert small[0] == large[0]

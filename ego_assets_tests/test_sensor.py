@@ -133,3 +133,55 @@ def test_a_landed_capture_runs_every_per_capture_asset_all_three_exports_include
     per_capture = {a.key.to_user_string() for a in ASSETS if a.partitions_def is not None}
     assert in_job == per_capture == set(CAPTURE_JOB_ASSETS)
     assert {"holos_hdf5", "egosmith_shards", "ceres_episode"} <= in_job
+
+
+def test_three_sets_register_per_set_and_run_each_sets_job(tmp_path):
+    """S=3: each capture is registered in its set (one insert per set) and run by its
+    set's capture_job; the tick's query count still does not grow with the partitions."""
+    from dagster._core.storage.dagster_run import RunsFilter
+    from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+
+    from ego_assets.defs.partitions import CaptureSet, partition_for_capture
+    from ego_assets_tests.sql_count import sql_statements
+
+    new = [f"new-{i:02d}" for i in range(20)]
+    counts = []
+    for registered in (100, 5000):
+        root = tmp_path / str(registered)
+        storage = StorageResource(root=str(root))
+        defs = build_defs(storage, sets=3)
+        base = time.time() - 100
+        for i, key in enumerate(new):
+            _land(root / "landing", key, base + i)
+        with dg.instance_for_test() as instance:
+            old = [f"old-{i:05d}" for i in range(registered)]
+            for i in range(3):
+                instance.add_dynamic_partitions(CaptureSet(i).partitions_name, old)
+            with sql_statements() as statements:
+                context = dg.SensorEvaluationContext(
+                    instance_ref=instance.get_ref(),
+                    cursor=None,
+                    instance=instance,
+                    sensor_name="landing_sensor",
+                    resources={"storage": storage},
+                    definitions=defs,
+                )
+                data = defs.get_sensor_def("landing_sensor").evaluate_tick(context)
+                instance.get_runs(
+                    filters=RunsFilter(tags={SENSOR_NAME_TAG: "landing_sensor", RUN_KEY_TAG: new})
+                )
+            counts.append(len(statements))
+            assert [r.run_key for r in data.run_requests] == new
+            for request in data.run_requests:
+                where = partition_for_capture(request.run_key, 3)
+                assert request.job_name == where.capture_set.job_name("capture_job")
+                assert instance.has_dynamic_partition(where.partitions_name, request.run_key)
+            jobs = {r.job_name for r in data.run_requests}
+            assert jobs == {"capture_job", "capture_job_s001", "capture_job_s002"}
+            # the tags Dagster's own resolution would give each set's partitioned run
+            for request in data.run_requests[:6]:
+                job = defs.resolve_job_def(request.job_name)
+                expected = job.get_tags_for_partition_key(request.partition_key, None)
+                assert dict(expected).items() <= dict(request.tags).items()  # + sensor name
+    assert counts[0] == counts[1]
+    assert counts[0] <= 14  # one insert per set and the run-key lookup

@@ -52,7 +52,7 @@ from ego_assets.defs.exports import (
     PROGRESS_TAG,
     ExportTarget,
 )
-from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
+from ego_assets.defs.partitions import all_sets, partition_for_capture
 from ego_assets.pipeline import expected_gate_version, quality_version, stored_gate
 from ego_assets.quality.gate import ExportBlockedError, require_gate
 from ego_assets.storage import Storage
@@ -180,13 +180,18 @@ class ExportService:
         """Whether the capture is a partition (a yes is remembered: captures stay)."""
         if capture_id in self._known:
             return True
-        found = self.instance.has_dynamic_partition(CAPTURES_PARTITIONS_NAME, capture_id)
+        where = partition_for_capture(capture_id)  # the capture's set (EGO_CAPTURE_SETS)
+        found = self.instance.has_dynamic_partition(where.partitions_name, capture_id)
         if found:
             self._known.add(capture_id)
         return found
 
     def capture_ids(self) -> list[str]:
-        return list(self.instance.get_dynamic_partitions(CAPTURES_PARTITIONS_NAME))
+        return [
+            key
+            for capture_set in all_sets()
+            for key in self.instance.get_dynamic_partitions(capture_set.partitions_name)
+        ]
 
     # -- reading ------------------------------------------------------------------------
 

@@ -6,10 +6,12 @@ storage resource and therefore holds `SINGLE_WRITER_POOL` (limit 1 in the deploy
 two refreshes never write the same file at once.
 """
 
+import functools
+
 import dagster as dg
 
+from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.pools import SINGLE_WRITER_POOL
-from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.quality.catalog import write_quality_catalog
 
@@ -17,29 +19,39 @@ CATALOG_VERSION = "quality-catalog-1"
 AGGREGATES_GROUP = "aggregates"
 
 
-@dg.asset(
-    deps=[dg.AssetDep(quality_report, partition_mapping=dg.AllPartitionMapping())],
-    group_name=AGGREGATES_GROUP,
-    kinds={"python", "parquet"},
-    code_version=CATALOG_VERSION,
-    pool=SINGLE_WRITER_POOL,
-    description=(
-        "Every episode's quality row in one Parquet table (catalog/quality/quality.parquet), "
-        "columns matched by name, sorted by capture key."
-    ),
-)
-def quality_catalog(storage: StorageResource) -> dg.MaterializeResult:
-    summary = write_quality_catalog(storage.get_storage())
-    return dg.MaterializeResult(
-        metadata={
-            "uri": dg.MetadataValue.path(summary.uri),
-            "episodes": summary.episodes,
-            "columns": summary.columns,
-            "failed_episodes": summary.failed,
-            "blocked_episodes": summary.blocked,
-            "waived_episodes": summary.waived,
-        }
+@functools.cache  # one definition per tuple of sets (the module-level one: set 0 only)
+def build_quality_catalog(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsDefinition:
+    """``quality_catalog`` over every set's quality_report."""
+
+    @dg.asset(
+        deps=[
+            dg.AssetDep(cs.key("quality_report"), partition_mapping=dg.AllPartitionMapping())
+            for cs in sets
+        ],
+        group_name=AGGREGATES_GROUP,
+        kinds={"python", "parquet"},
+        code_version=CATALOG_VERSION,
+        pool=SINGLE_WRITER_POOL,
+        description=(
+            "Every episode's quality row in one Parquet table (catalog/quality/quality.parquet), "
+            "columns matched by name, sorted by capture key."
+        ),
     )
+    def quality_catalog(storage: StorageResource) -> dg.MaterializeResult:
+        summary = write_quality_catalog(storage.get_storage())
+        return dg.MaterializeResult(
+            metadata={
+                "uri": dg.MetadataValue.path(summary.uri),
+                "episodes": summary.episodes,
+                "columns": summary.columns,
+                "failed_episodes": summary.failed,
+                "blocked_episodes": summary.blocked,
+                "waived_episodes": summary.waived,
+            }
+        )
+
+    return quality_catalog
 
 
+quality_catalog = build_quality_catalog()
 AGGREGATES = [quality_catalog]

@@ -39,12 +39,30 @@ import dagster as dg
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 from dagster._core.definitions.events import AssetKeyPartitionKey
 
-from ego_assets.defs.ingest import raw_capture
-from ego_assets.defs.partitions import page_captures
+from ego_assets.defs.partitions import (
+    SET0,
+    CaptureSet,
+    all_sets,
+    page_captures,
+    set_of_partitions_def,
+)
 
-# Every per-capture asset fed by the raw copy (trajectory, quality_report, exporters).
-STALE_TARGET = dg.AssetSelection.assets(raw_capture).downstream(include_self=False)
 STALE_CODE_INTERVAL_S = 60
+# Pages of `PAGE_SIZE` captures walked per tick, over every (set, asset) with pending
+# work: with one set that is one page per changed asset (five per-capture assets below
+# the raw copy); with many sets the walk takes more ticks, never a bigger one.
+STALE_PAGES_PER_TICK = 5
+
+
+def stale_target(sets: Sequence[CaptureSet] = (SET0,)) -> dg.AssetSelection:
+    """Every per-capture asset fed by the raw copy (trajectory, quality_report, exporters)
+    in each of ``sets``."""
+    return dg.AssetSelection.assets(*(cs.key("raw_capture") for cs in sets)).downstream(
+        include_self=False
+    )
+
+
+STALE_TARGET = stale_target()
 
 
 def stale_partitions(
@@ -94,11 +112,29 @@ def _parse_cursor(cursor: str | None) -> dict[str, Any] | None:
     return state
 
 
-def _stale_code_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-    """Compare code versions with the cursor's; page through changed assets' captures."""
+def _capture_set_of(graph: Any, key: dg.AssetKey) -> CaptureSet | None:
+    partitions_def = graph.get(key).partitions_def
+    name = getattr(partitions_def, "name", None)
+    return set_of_partitions_def(name) if name else None
+
+
+def _stale_code_sensor(
+    context: dg.SensorEvaluationContext, selection: dg.AssetSelection = STALE_TARGET
+) -> dg.SensorResult:
+    """Compare code versions with the cursor's; page through changed assets' captures.
+
+    State per (set, asset): the asset key names both (``s001/trajectory``); each pending
+    entry pages through its own set's partitions, at most `STALE_PAGES_PER_TICK` pages
+    per tick in all.
+    """
     instance = context.instance
     graph = context.repository_def.asset_graph  # type: ignore[union-attr]
-    targets = [k for k in graph.toposorted_asset_keys if k in STALE_TARGET.resolve(graph)]
+    selected = selection.resolve(graph)
+    targets = [
+        k
+        for k in graph.toposorted_asset_keys
+        if k in selected and _capture_set_of(graph, k) is not None
+    ]
     versions = {k.to_user_string(): graph.get(k).code_version or "" for k in targets}
     mark = instance.event_log_storage.get_maximum_record_id() or 0
     state = _parse_cursor(context.cursor)
@@ -114,10 +150,12 @@ def _stale_code_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
             pending[asset] = {"seen_before": state["mark"], "after": None}
             context.log.info(f"{asset}: code version {state['versions'][asset]} -> {version}")
     requested: set[AssetKeyPartitionKey] = set()
-    for asset in list(pending):
+    for asset in list(pending)[:STALE_PAGES_PER_TICK]:
         page = pending[asset]
         key = dg.AssetKey.from_user_string(asset)
-        keys, after = page_captures(instance, page["after"])
+        capture_set = _capture_set_of(graph, key)
+        assert capture_set is not None  # targets are per-capture assets only
+        keys, after = page_captures(instance, page["after"], capture_set=capture_set)
         stale = stale_partitions(instance, graph, key, keys, page["seen_before"])
         requested.update(AssetKeyPartitionKey(key, k) for k in stale)
         context.log.info(f"{asset}: {len(stale)} of {len(keys)} captures in this page stale")
@@ -134,13 +172,24 @@ def _stale_code_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     )
 
 
-stale_code_sensor = dg.sensor(
-    name="stale_code_sensor",
-    asset_selection=STALE_TARGET,
-    minimum_interval_seconds=STALE_CODE_INTERVAL_S,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description=(
-        "Re-runs captures whose step's code version changed, as chunked asset backfills "
-        "of at most one page of captures per tick."
-    ),
-)(_stale_code_sensor)
+def build_stale_code_sensor(sets: int | None = None) -> dg.SensorDefinition:
+    """`stale_code_sensor` over the per-capture assets of ``sets`` capture sets (default
+    ``EGO_CAPTURE_SETS``)."""
+    selection = stale_target(all_sets(sets))
+
+    def stale_code_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        return _stale_code_sensor(context, selection)
+
+    return dg.sensor(
+        name="stale_code_sensor",
+        asset_selection=selection,
+        minimum_interval_seconds=STALE_CODE_INTERVAL_S,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            "Re-runs captures whose step's code version changed, as chunked asset backfills "
+            "of at most a few pages of captures per tick (per capture set and asset)."
+        ),
+    )(stale_code_sensor)
+
+
+stale_code_sensor = build_stale_code_sensor(1)

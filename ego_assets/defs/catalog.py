@@ -99,20 +99,20 @@ def build_catalog_sources(assets: Sequence[Any]) -> dg.AssetsDefinition:
     """``catalog_sources``: one asset per staged table, each downstream of the per-capture
     asset it reads among ``assets`` (an exporter that is not deployed: no dependency)."""
     code_versions = exporter_code_versions(assets)
-    present = {
-        key.to_user_string(): key
-        for asset in assets
-        if isinstance(asset, dg.AssetsDefinition)
-        for key in asset.keys
-    }
+    # per-capture asset name -> its key in every capture set (``trajectory``,
+    # ``s001/trajectory``, ...): a staged table reads the files of all of them
+    present: dict[str, list[dg.AssetKey]] = {}
+    for asset in assets:
+        if isinstance(asset, dg.AssetsDefinition):
+            for key in asset.keys:
+                present.setdefault(key.path[-1], []).append(key)
     specs = []
     for table in STAGED_TABLES:
         upstream = _upstream_of(table)
-        deps = (
-            [dg.AssetDep(present[upstream], partition_mapping=dg.AllPartitionMapping())]
-            if upstream in present
-            else []
-        )
+        deps = [
+            dg.AssetDep(key, partition_mapping=dg.AllPartitionMapping())
+            for key in present.get(upstream or "", [])
+        ]
         specs.append(
             dg.AssetSpec(
                 dg.AssetKey([SCHEMA, table]),

@@ -7,6 +7,7 @@ export): a blocked capture gets no shard and is recorded as blocked (see `episod
 ``aggregates`` group (nightly refresh) and holds the single-writer pool.
 """
 
+import functools
 from collections.abc import Iterator
 
 import dagster as dg
@@ -16,11 +17,9 @@ from ego_assets import ceres_export, pipeline
 from ego_assets.defs.aggregates import AGGREGATES_GROUP
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
 from ego_assets.defs.exports import run_progress
-from ego_assets.defs.ingest import trajectory
 from ego_assets.defs.k8s import k8s_resources
-from ego_assets.defs.partitions import captures_partitions
+from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.pools import SINGLE_WRITER_POOL
-from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.episode_index import EpisodeIndexRegistry
 from ego_assets.formats.ceres_lerobot import CODE_VERSION
@@ -36,59 +35,77 @@ class CeresConfig(dg.Config):
     force: bool = Field(default=False, description="write the shard again even when current")
 
 
-@dg.asset(
-    partitions_def=captures_partitions,
-    backfill_policy=backfill_policy,
-    deps=[trajectory, quality_report],
-    group_name="exports",
-    kinds={"python", "parquet"},
-    code_version=CODE_VERSION,
-    op_tags=CERES_TAGS,
-    output_required=False,
-    description=(
-        "CERES LeRobotDataset v3 shard of the episode (exports/ceres-lerobot-v3/<key>/"
-        "shards/episode-<index>/): data, meta, outward-camera mp4, CERES sidecars, receipt."
-    ),
-)
-def ceres_episode(
-    context: dg.AssetExecutionContext, storage: StorageResource, config: CeresConfig
-) -> Iterator[AssetEvent]:
-    store = storage.get_storage()
-    registry = EpisodeIndexRegistry(store)
+@functools.cache  # one definition per set (the module-level one is set 0's)
+def build_ceres_episode(cs: CaptureSet) -> dg.AssetsDefinition:
+    """Set ``cs``'s ceres_episode."""
 
-    def step(key: str) -> pipeline.StepResult:
-        gate = pipeline.require_export_gate(store, key, ceres_export.POLICY_EXPORT)
-        return ceres_export.export_episode(
-            store, key, registry.index_for(key), gate.data_version, force=config.force
+    @dg.asset(
+        key=cs.key("ceres_episode"),
+        partitions_def=cs.partitions_def,
+        backfill_policy=backfill_policy,
+        deps=[cs.key("trajectory"), cs.key("quality_report")],
+        group_name=cs.group("exports"),
+        kinds={"python", "parquet"},
+        code_version=CODE_VERSION,
+        op_tags=CERES_TAGS,
+        output_required=False,
+        description=(
+            "CERES LeRobotDataset v3 shard of the episode (exports/ceres-lerobot-v3/<key>/"
+            "shards/episode-<index>/): data, meta, outward-camera mp4, CERES sidecars, receipt."
+        ),
+    )
+    def ceres_episode(
+        context: dg.AssetExecutionContext, storage: StorageResource, config: CeresConfig
+    ) -> Iterator[AssetEvent]:
+        store = storage.get_storage()
+        registry = EpisodeIndexRegistry(store)
+
+        def step(key: str) -> pipeline.StepResult:
+            gate = pipeline.require_export_gate(store, key, ceres_export.POLICY_EXPORT)
+            return ceres_export.export_episode(
+                store, key, registry.index_for(key), gate.data_version, force=config.force
+            )
+
+        with run_progress(context):
+            yield from materialize_each(context, step)
+
+    return ceres_episode
+
+
+@functools.cache  # one definition per tuple of sets (the module-level one: set 0 only)
+def build_ceres_dataset(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsDefinition:
+    """``ceres_dataset`` over every set's ceres_episode."""
+
+    @dg.asset(
+        deps=[
+            dg.AssetDep(cs.key("ceres_episode"), partition_mapping=dg.AllPartitionMapping())
+            for cs in sets
+        ],
+        group_name=AGGREGATES_GROUP,
+        kinds={"python", "parquet"},
+        code_version=MERGE_VERSION,
+        pool=SINGLE_WRITER_POOL,
+        description=(
+            "Every current CERES shard merged into one LeRobotDataset v3 "
+            "(exports/ceres-lerobot-v3-dataset/), episodes in index order."
+        ),
+    )
+    def ceres_dataset(storage: StorageResource) -> dg.MaterializeResult:
+        summary = ceres_export.merge_dataset(storage.get_storage())
+        return dg.MaterializeResult(
+            metadata={
+                "uri": dg.MetadataValue.path(summary.uri),
+                "episodes": summary.episodes,
+                "frames": summary.frames,
+                "tasks": summary.tasks,
+                "excluded": dg.MetadataValue.json(summary.excluded),
+                "reused": summary.reused,
+            }
         )
 
-    with run_progress(context):
-        yield from materialize_each(context, step)
+    return ceres_dataset
 
 
-@dg.asset(
-    deps=[dg.AssetDep(ceres_episode, partition_mapping=dg.AllPartitionMapping())],
-    group_name=AGGREGATES_GROUP,
-    kinds={"python", "parquet"},
-    code_version=MERGE_VERSION,
-    pool=SINGLE_WRITER_POOL,
-    description=(
-        "Every current CERES shard merged into one LeRobotDataset v3 "
-        "(exports/ceres-lerobot-v3-dataset/), episodes in index order."
-    ),
-)
-def ceres_dataset(storage: StorageResource) -> dg.MaterializeResult:
-    summary = ceres_export.merge_dataset(storage.get_storage())
-    return dg.MaterializeResult(
-        metadata={
-            "uri": dg.MetadataValue.path(summary.uri),
-            "episodes": summary.episodes,
-            "frames": summary.frames,
-            "tasks": summary.tasks,
-            "excluded": dg.MetadataValue.json(summary.excluded),
-            "reused": summary.reused,
-        }
-    )
-
-
+ceres_episode = build_ceres_episode(SET0)
+ceres_dataset = build_ceres_dataset()
 CERES_ASSETS = [ceres_episode, ceres_dataset]

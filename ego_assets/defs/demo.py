@@ -37,9 +37,8 @@ from ego_assets.catalog.warehouse import published_location
 from ego_assets.ceres_export import dataset_location as ceres_dataset_location
 from ego_assets.definitions import build_defs
 from ego_assets.defs.egosmith import egosmith_rows
-from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
+from ego_assets.defs.partitions import CAPTURE_JOB, all_sets
 from ego_assets.defs.resources import StorageResource
-from ego_assets.defs.sensors import landing_sensor
 from ego_assets.fixtures import real_fixture
 from ego_assets.pipeline import stored_gate
 from ego_assets.quality.waivers import add_waiver, read_waivers
@@ -155,7 +154,7 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
         print(f"waived {ARIA_WAIVER[0]} on {ARIA_SAMPLE_KEY} ({ARIA_WAIVER[1]})", file=out)
     storage = StorageResource(root=str(data_dir))
     defs = build_defs(storage)
-    job = defs.resolve_job_def("capture_job")
+    landing_sensor = defs.get_sensor_def("landing_sensor")
     failures: dict[str, str] = {}
     with open_instance(data_dir) as instance:
         context = dg.build_sensor_context(
@@ -165,12 +164,14 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
         requests: list[dg.RunRequest] = []
         if isinstance(result, dg.SensorResult):
             for add in result.dynamic_partitions_requests or []:
-                instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, list(add.partition_keys))
+                name = str(add.partitions_def_name)
+                instance.add_dynamic_partitions(name, list(add.partition_keys or []))
             requests = pending_requests(instance, result.run_requests or [], landing_sensor.name)
         for request in tqdm(
             requests, desc="materializing captures", unit="capture", disable=not requests
         ):
             key = str(request.partition_key)
+            job = defs.resolve_job_def(request.job_name or CAPTURE_JOB)  # the capture's set's
             run = job.execute_in_process(
                 run_config=QUIET_RUN_CONFIG,
                 partition_key=key,
@@ -181,7 +182,7 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
             error = _run_error(run)
             if error:
                 failures[key] = error
-        keys = instance.get_dynamic_partitions(CAPTURES_PARTITIONS_NAME)
+        keys = [k for cs in all_sets() for k in instance.get_dynamic_partitions(cs.partitions_name)]
         catalog_error = ""
         if requests or not published_location(Storage(data_dir)).exists():
             catalog_error = refresh_aggregates(defs, instance)

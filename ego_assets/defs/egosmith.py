@@ -10,6 +10,7 @@
   shards with a train/val split by episode and a SHA-256 manifest; one writer at a time.
 """
 
+import functools
 import json
 from collections.abc import Iterator, Sequence
 
@@ -20,11 +21,9 @@ from ego_assets import pipeline
 from ego_assets.defs.aggregates import AGGREGATES_GROUP
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
 from ego_assets.defs.exports import run_progress
-from ego_assets.defs.ingest import trajectory
 from ego_assets.defs.k8s import k8s_resources
-from ego_assets.defs.partitions import captures_partitions
+from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.pools import SINGLE_WRITER_POOL
-from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.episode_index import EpisodeIndexRegistry
 from ego_assets.formats import egosmith_webdataset as egosmith
@@ -65,67 +64,85 @@ class EgoSmithConfig(dg.Config):
         )
 
 
-@dg.asset(
-    partitions_def=captures_partitions,
-    backfill_policy=backfill_policy,
-    deps=[trajectory, quality_report],
-    group_name=EXPORTS_GROUP,
-    kinds={"python", "files"},
-    code_version=egosmith.WRITER_VERSION,
-    op_tags=EGOSMITH_TAGS,
-    output_required=False,
-    description=(
-        "EgoSmith WebDataset samples of one episode (image.jpg, lowdim.npy, mano.npy, "
-        "meta.json per head-camera frame) in tar shards + episode.json; skipped (with the "
-        "reason) when the capture has no head camera."
-    ),
-)
-def egosmith_shards(
-    context: dg.AssetExecutionContext, storage: StorageResource, config: EgoSmithConfig
-) -> Iterator[AssetEvent]:
-    store = storage.get_storage()
-    registry = EpisodeIndexRegistry(store)
-    options = config.options()
+@functools.cache  # one definition per set (the module-level one is set 0's)
+def build_egosmith_shards(cs: CaptureSet) -> dg.AssetsDefinition:
+    """Set ``cs``'s egosmith_shards."""
 
-    def step(key: str) -> pipeline.StepResult:
-        gate = pipeline.require_export_gate(store, key, POLICY_EXPORT)
-        return export_episode(
-            store, key, registry.index_for(key), options, gate.data_version, force=config.force
+    @dg.asset(
+        key=cs.key("egosmith_shards"),
+        partitions_def=cs.partitions_def,
+        backfill_policy=backfill_policy,
+        deps=[cs.key("trajectory"), cs.key("quality_report")],
+        group_name=cs.group(EXPORTS_GROUP),
+        kinds={"python", "files"},
+        code_version=egosmith.WRITER_VERSION,
+        op_tags=EGOSMITH_TAGS,
+        output_required=False,
+        description=(
+            "EgoSmith WebDataset samples of one episode (image.jpg, lowdim.npy, mano.npy, "
+            "meta.json per head-camera frame) in tar shards + episode.json; skipped (with the "
+            "reason) when the capture has no head camera."
+        ),
+    )
+    def egosmith_shards(
+        context: dg.AssetExecutionContext, storage: StorageResource, config: EgoSmithConfig
+    ) -> Iterator[AssetEvent]:
+        store = storage.get_storage()
+        registry = EpisodeIndexRegistry(store)
+        options = config.options()
+
+        def step(key: str) -> pipeline.StepResult:
+            gate = pipeline.require_export_gate(store, key, POLICY_EXPORT)
+            return export_episode(
+                store, key, registry.index_for(key), options, gate.data_version, force=config.force
+            )
+
+        with run_progress(context):
+            yield from materialize_each(context, step)
+
+    return egosmith_shards
+
+
+@functools.cache  # one definition per tuple of sets (the module-level one: set 0 only)
+def build_egosmith_dataset(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsDefinition:
+    """``egosmith_dataset`` over every set's egosmith_shards."""
+
+    @dg.asset(
+        deps=[
+            dg.AssetDep(cs.key("egosmith_shards"), partition_mapping=dg.AllPartitionMapping())
+            for cs in sets
+        ],
+        group_name=AGGREGATES_GROUP,
+        kinds={"python", "files"},
+        code_version=egosmith.WRITER_VERSION,
+        pool=SINGLE_WRITER_POOL,
+        description=(
+            "The EgoSmith WebDataset: every exported episode packed into shard-NNNNNN.tar "
+            "(train then val, split by episode) with manifest.json (shards, samples, episodes, "
+            "SHA-256)."
+        ),
+    )
+    def egosmith_dataset(storage: StorageResource, config: EgoSmithConfig) -> dg.MaterializeResult:
+        result = pack_dataset(storage.get_storage(), config.options())
+        manifest = result.manifest
+        return dg.MaterializeResult(
+            metadata={
+                "uri": dg.MetadataValue.path(result.uri),
+                "shards": len(manifest["shards"]),
+                "samples": manifest["samples"],
+                "episodes": len(manifest["episodes"]),
+                "train_episodes": manifest["splits"]["train"]["episodes"],
+                "val_episodes": manifest["splits"]["val"]["episodes"],
+                "skipped_episodes": dg.MetadataValue.json(manifest["skipped"]),
+                "reused": result.reused,
+            }
         )
 
-    with run_progress(context):
-        yield from materialize_each(context, step)
+    return egosmith_dataset
 
 
-@dg.asset(
-    deps=[dg.AssetDep(egosmith_shards, partition_mapping=dg.AllPartitionMapping())],
-    group_name=AGGREGATES_GROUP,
-    kinds={"python", "files"},
-    code_version=egosmith.WRITER_VERSION,
-    pool=SINGLE_WRITER_POOL,
-    description=(
-        "The EgoSmith WebDataset: every exported episode packed into shard-NNNNNN.tar "
-        "(train then val, split by episode) with manifest.json (shards, samples, episodes, "
-        "SHA-256)."
-    ),
-)
-def egosmith_dataset(storage: StorageResource, config: EgoSmithConfig) -> dg.MaterializeResult:
-    result = pack_dataset(storage.get_storage(), config.options())
-    manifest = result.manifest
-    return dg.MaterializeResult(
-        metadata={
-            "uri": dg.MetadataValue.path(result.uri),
-            "shards": len(manifest["shards"]),
-            "samples": manifest["samples"],
-            "episodes": len(manifest["episodes"]),
-            "train_episodes": manifest["splits"]["train"]["episodes"],
-            "val_episodes": manifest["splits"]["val"]["episodes"],
-            "skipped_episodes": dg.MetadataValue.json(manifest["skipped"]),
-            "reused": result.reused,
-        }
-    )
-
-
+egosmith_shards = build_egosmith_shards(SET0)
+egosmith_dataset = build_egosmith_dataset()
 EGOSMITH_ASSETS = [egosmith_shards, egosmith_dataset]
 
 

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from ego_assets.defs.partitions import captures_partitions
-from ego_assets.keys import validate_capture_key
+from ego_assets.defs.partitions import partition_for_capture, set_of_partitions_def
 from ego_assets.progress import export_fraction, listening
 
 log = logging.getLogger(__name__)
@@ -61,42 +60,51 @@ def export_job_name(export_format: str) -> str:
     return f"export_{export_format}"
 
 
-def export_target(capture_id: str, export_format: str) -> ExportTarget:
-    """The asset and partition of ``capture_id``'s export in ``export_format``.
+def export_target(capture_id: str, export_format: str, sets: int | None = None) -> ExportTarget:
+    """The asset, partition and job of ``capture_id``'s export in ``export_format``.
 
-    Today one capture is one partition of ``captures`` with the capture id as its key.
-    Raises `CaptureKeyError` for an id that breaks the key rule, KeyError for a format
-    that has no exporter.
+    One capture is one partition (key = capture id) of its capture set's exporter asset
+    (`partition_for_capture`; ``sets`` defaults to ``EGO_CAPTURE_SETS``). Raises
+    `CaptureKeyError` for an id that breaks the key rule, KeyError for a format that has
+    no exporter.
     """
     if export_format not in EXPORT_ROUTES:
         raise KeyError(f"no exporter named {export_format!r}; exporters: {sorted(EXPORT_ROUTES)}")
-    key = validate_capture_key(capture_id)
+    where = partition_for_capture(capture_id, sets)
     return ExportTarget(
-        capture_id=key,
+        capture_id=where.partition_key,
         format=export_format,
-        asset_key=dg.AssetKey(export_format),
-        partition_key=key,
-        job_name=export_job_name(export_format),
+        asset_key=where.capture_set.key(export_format),
+        partition_key=where.partition_key,
+        job_name=where.capture_set.job_name(export_job_name(export_format)),
     )
 
 
 def build_export_jobs(
     exporters: list[dg.AssetsDefinition],
 ) -> list[dg.UnresolvedAssetJobDefinition]:
-    """One ``export_<format>`` job per exporter asset (the asset plus its upstream)."""
-    return [
-        dg.define_asset_job(
-            export_job_name(asset.key.to_user_string()),
-            selection=dg.AssetSelection.assets(asset).upstream(),
-            partitions_def=captures_partitions,
-            tags={EXPORT_TAG: asset.key.to_user_string()},
-            description=(
-                f"One capture's {asset.key.to_user_string()} export on demand (the export "
-                "API): the exporter and its per-capture inputs, reused when unchanged."
-            ),
+    """One ``export_<format>`` job per exporter asset (the asset plus its upstream), named
+    after the asset's capture set (``export_holos_hdf5_s001``)."""
+    jobs = []
+    for asset in exporters:
+        partitions_def = asset.partitions_def
+        assert isinstance(partitions_def, dg.DynamicPartitionsDefinition) and partitions_def.name
+        capture_set = set_of_partitions_def(partitions_def.name)
+        assert capture_set is not None, f"{asset.key} is not in a capture set"
+        export_format = asset.key.path[-1]
+        jobs.append(
+            dg.define_asset_job(
+                capture_set.job_name(export_job_name(export_format)),
+                selection=dg.AssetSelection.assets(asset).upstream(),
+                partitions_def=partitions_def,
+                tags={EXPORT_TAG: export_format},
+                description=(
+                    f"One capture's {export_format} export on demand (the export API): the "
+                    "exporter and its per-capture inputs, reused when unchanged."
+                ),
+            )
         )
-        for asset in exporters
-    ]
+    return jobs
 
 
 @contextmanager

@@ -7,6 +7,7 @@ backfill chunk, see `ego_assets.defs.episodes`). The export notes (what was skip
 was embedded verbatim) are the partition's metadata and a JSON sidecar beside the file.
 """
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,10 +18,8 @@ from ego_assets import holos_export
 from ego_assets.defs.egosmith import EXPORTS_GROUP
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_result, run_each
 from ego_assets.defs.exports import run_progress
-from ego_assets.defs.ingest import trajectory
 from ego_assets.defs.k8s import k8s_resources
-from ego_assets.defs.partitions import captures_partitions
-from ego_assets.defs.quality import quality_report
+from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.resources import StorageResource
 from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION
 from ego_assets.storage import Storage
@@ -50,29 +49,39 @@ def _metadata(store: Storage, key: str) -> dict[str, Any]:
     }
 
 
-@dg.asset(
-    partitions_def=captures_partitions,
-    backfill_policy=backfill_policy,
-    deps=[trajectory, quality_report],
-    group_name=EXPORTS_GROUP,
-    kinds={"python", "hdf5"},
-    code_version=EXPORTER_VERSION,
-    op_tags=HOLOS_TAGS,
-    output_required=False,
-    description=(
-        "Holos HDF5 (HolosCapture-1.0): one self-contained .h5 per episode in robomimic's "
-        "layout with CF-1.11 attributes, every raw stream and the media embedded."
-    ),
-)
-def holos_hdf5(
-    context: dg.AssetExecutionContext, config: HolosConfig, storage: StorageResource
-) -> Iterator[AssetEvent]:
-    store = storage.get_storage()
-    with run_progress(context):
-        results = run_each(
-            context,
-            lambda key: holos_export.export_holos_hdf5(
-                store, key, decode_frames=config.decode_frames, force=config.force
-            ),
-        )
-    yield from materialize_result(context, results, extra=lambda key: _metadata(store, key))
+@functools.cache  # one definition per set (the module-level one is set 0's)
+def build_holos_hdf5(cs: CaptureSet) -> dg.AssetsDefinition:
+    """Set ``cs``'s holos_hdf5."""
+
+    @dg.asset(
+        key=cs.key("holos_hdf5"),
+        partitions_def=cs.partitions_def,
+        backfill_policy=backfill_policy,
+        deps=[cs.key("trajectory"), cs.key("quality_report")],
+        group_name=cs.group(EXPORTS_GROUP),
+        kinds={"python", "hdf5"},
+        code_version=EXPORTER_VERSION,
+        op_tags=HOLOS_TAGS,
+        output_required=False,
+        description=(
+            "Holos HDF5 (HolosCapture-1.0): one self-contained .h5 per episode in robomimic's "
+            "layout with CF-1.11 attributes, every raw stream and the media embedded."
+        ),
+    )
+    def holos_hdf5(
+        context: dg.AssetExecutionContext, config: HolosConfig, storage: StorageResource
+    ) -> Iterator[AssetEvent]:
+        store = storage.get_storage()
+        with run_progress(context):
+            results = run_each(
+                context,
+                lambda key: holos_export.export_holos_hdf5(
+                    store, key, decode_frames=config.decode_frames, force=config.force
+                ),
+            )
+        yield from materialize_result(context, results, extra=lambda key: _metadata(store, key))
+
+    return holos_hdf5
+
+
+holos_hdf5 = build_holos_hdf5(SET0)

@@ -1,68 +1,192 @@
-"""One dynamic partition per capture (episode), and the platform's only ways to touch them.
+"""Captures as Dagster partitions, in bounded sets, and the platform's only ways to touch them.
+
+One capture is one partition key (the capture key). The captures of a deployment are
+split over ``EGO_CAPTURE_SETS`` partition sets (`ego_assets.capture_sets`: a jump
+consistent hash of the key, no lookup): set 0 is the partitions definition ``captures``
+with the unprefixed per-capture assets (``raw_capture``, ``trajectory``, ...); set
+``i >= 1`` is ``captures_s{i:03d}`` with the same assets under the key prefix
+``s{i:03d}`` (``s001/trajectory``), their own group and jobs. With the default of one set
+this is exactly the layout from before sets existed. Sets keep every asset's partition
+count bounded (Dagster's asset partitions page lists every key of the definition; see
+``docs/scale.md``); files are stored by capture key and step only, so the set a capture
+is in never changes where its data is.
 
 Every caller that turns a capture key into a Dagster partition (the landing sensor, the
 CLI, the stale-code sensor, the HTTP API) goes through `partition_for_capture`; every
 caller that registers captures goes through `register_captures`. Both cost O(keys given),
-never O(partitions registered): see ``docs/scale.md`` for why the platform avoids every
-Dagster call that lists the whole definition (``get_dynamic_partitions``,
-``get_partition_keys``) and how a million captures are served.
+never O(partitions registered): the platform avoids every Dagster call that lists a whole
+definition (``get_dynamic_partitions``, ``get_partition_keys``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import dagster as dg
 from dagster._core.storage.tags import PARTITION_NAME_TAG, PARTITION_SET_TAG
 
+from ego_assets.capture_sets import capture_set, capture_sets_from_env, set_prefix
 from ego_assets.keys import validate_capture_key
 
 CAPTURES_PARTITIONS_NAME = "captures"
 captures_partitions = dg.DynamicPartitionsDefinition(name=CAPTURES_PARTITIONS_NAME)
+CAPTURE_JOB = "capture_job"
 
 # Keys per page when the platform walks the registered captures (stale-code sensor,
 # migration): one bounded query per page.
 PAGE_SIZE = 10_000
+_SET_PREFIX = re.compile(r"s(\d{3})")
 
 
-def partition_for_capture(capture_key: str) -> str:
-    """The `captures` partition key of a capture (the key itself, validated)."""
-    return validate_capture_key(capture_key)
+@functools.cache
+def configured_sets() -> int:
+    """``EGO_CAPTURE_SETS`` of this process, read once (definitions, CLI, API, sensors)."""
+    return capture_sets_from_env(os.environ)
 
 
-def register_captures(instance: dg.DagsterInstance, capture_keys: Sequence[str]) -> list[str]:
-    """Add the captures' partitions in one bulk insert (idempotent); returns their keys.
+def resolve_sets(sets: int | None) -> int:
+    """``sets`` if given, else the configured number."""
+    return configured_sets() if sets is None else sets
 
-    One statement whatever the number of registered captures (Postgres: ``INSERT ... ON
-    CONFLICT DO NOTHING``). A sensor that returns ``build_add_request`` instead makes the
-    daemon check each key with its own query (and its own connection on Postgres, about
-    40 ms per key on the benchmark machine) before the same insert.
+
+@functools.cache
+def _dynamic(name: str) -> dg.DynamicPartitionsDefinition:
+    if name == CAPTURES_PARTITIONS_NAME:
+        return captures_partitions
+    return dg.DynamicPartitionsDefinition(name=name)
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSet:
+    """One bounded partition set: its partitions definition, asset keys, group and jobs."""
+
+    index: int
+
+    @property
+    def prefix(self) -> str:
+        """``s001`` for set 1; empty for set 0."""
+        return set_prefix(self.index)
+
+    @property
+    def partitions_name(self) -> str:
+        return (
+            f"{CAPTURES_PARTITIONS_NAME}_{self.prefix}" if self.index else CAPTURES_PARTITIONS_NAME
+        )
+
+    @property
+    def partitions_def(self) -> dg.DynamicPartitionsDefinition:
+        return _dynamic(self.partitions_name)
+
+    def key(self, asset_name: str) -> dg.AssetKey:
+        """This set's key of a per-capture asset (``s001/trajectory``; set 0: ``trajectory``)."""
+        return dg.AssetKey([self.prefix, asset_name]) if self.index else dg.AssetKey(asset_name)
+
+    def group(self, set0_group: str) -> str:
+        """Set 0 keeps each asset's own group; every other set has one group of its own."""
+        return f"{CAPTURES_PARTITIONS_NAME}_{self.prefix}" if self.index else set0_group
+
+    def job_name(self, set0_name: str) -> str:
+        return f"{set0_name}_{self.prefix}" if self.index else set0_name
+
+
+SET0 = CaptureSet(0)
+
+
+def all_sets(sets: int | None = None) -> list[CaptureSet]:
+    return [CaptureSet(i) for i in range(resolve_sets(sets))]
+
+
+def set_of_partitions_def(name: str) -> CaptureSet | None:
+    """The set whose partitions definition is called ``name`` (None: not a capture set)."""
+    if name == CAPTURES_PARTITIONS_NAME:
+        return SET0
+    suffix = name.removeprefix(f"{CAPTURES_PARTITIONS_NAME}_")
+    match = _SET_PREFIX.fullmatch(suffix) if suffix != name else None
+    return CaptureSet(int(match.group(1))) if match and int(match.group(1)) else None
+
+
+def asset_name(asset_key: dg.AssetKey) -> str:
+    """The per-capture asset name of any set's key (``s001/trajectory`` -> ``trajectory``)."""
+    return asset_key.path[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class CapturePartition:
+    """Where one capture lives in Dagster: its set and its partition key."""
+
+    capture_set: CaptureSet
+    partition_key: str
+
+    @property
+    def partitions_name(self) -> str:
+        return self.capture_set.partitions_name
+
+
+def partition_for_capture(capture_key: str, sets: int | None = None) -> CapturePartition:
+    """The set and partition key of a capture (the key itself, validated) among ``sets``
+    sets (default: ``EGO_CAPTURE_SETS``)."""
+    key = validate_capture_key(capture_key)
+    return CapturePartition(CaptureSet(capture_set(key, resolve_sets(sets))), key)
+
+
+def group_by_set(
+    capture_keys: Iterable[str], sets: int | None = None
+) -> dict[CaptureSet, list[str]]:
+    """Capture keys per set, each list in the given order; sets in index order."""
+    out: dict[CaptureSet, list[str]] = {}
+    for key in capture_keys:
+        where = partition_for_capture(key, sets)
+        out.setdefault(where.capture_set, []).append(where.partition_key)
+    return dict(sorted(out.items(), key=lambda item: item[0].index))
+
+
+def register_captures(
+    instance: dg.DagsterInstance, capture_keys: Sequence[str], sets: int | None = None
+) -> list[str]:
+    """Add the captures' partitions to their sets, one bulk insert per set (idempotent);
+    returns their keys in the given order.
+
+    One statement per set whatever the number of registered captures (Postgres: ``INSERT
+    ... ON CONFLICT DO NOTHING``). A sensor that returns ``build_add_request`` instead
+    makes the daemon check each key with its own query (and its own connection on
+    Postgres, about 40 ms per key on the benchmark machine) before the same insert.
     """
-    keys = [partition_for_capture(k) for k in capture_keys]
-    if keys:
-        instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, keys)
+    keys = [validate_capture_key(k) for k in capture_keys]
+    for capture_set_, members in group_by_set(keys, sets).items():
+        instance.add_dynamic_partitions(capture_set_.partitions_name, members)
     return keys
 
 
-def capture_run_request(capture_key: str, job_name: str) -> dg.RunRequest:
-    """A run of ``job_name`` over one capture's partition, already resolved (run key =
-    capture key).
+def capture_run_request(
+    capture_key: str, sets: int | None = None, job: str = CAPTURE_JOB
+) -> dg.RunRequest:
+    """A run of the capture's set's ``job`` (``capture_job``, ``capture_job_s001``, ...)
+    over its one partition, already resolved (run key = capture key).
 
     The tags are the ones Dagster's own resolution adds (``dagster/partition`` and the
     job's partition set); giving them here skips the existence query per request Dagster
     would otherwise make for a key `register_captures` has just inserted.
     """
-    key = partition_for_capture(capture_key)
+    where = partition_for_capture(capture_key, sets)
+    job_name = where.capture_set.job_name(job)
+    key = where.partition_key
     tags = {PARTITION_NAME_TAG: key, PARTITION_SET_TAG: f"{job_name}_partition_set"}
-    return dg.RunRequest(run_key=capture_key, partition_key=key, tags=tags)
+    return dg.RunRequest(run_key=capture_key, partition_key=key, tags=tags, job_name=job_name)
 
 
 def page_captures(
-    instance: dg.DagsterInstance, after: str | None, limit: int = PAGE_SIZE
+    instance: dg.DagsterInstance,
+    after: str | None,
+    limit: int = PAGE_SIZE,
+    capture_set: CaptureSet = SET0,
 ) -> tuple[list[str], str | None]:
-    """Registered capture keys in registration order after cursor ``after``: one page and
-    the cursor for the next (None when this page was the last)."""
+    """Capture keys registered in one set, in registration order after cursor ``after``:
+    one page and the cursor for the next (None when this page was the last)."""
     page = instance.get_paginated_dynamic_partitions(
-        CAPTURES_PARTITIONS_NAME, limit=limit, ascending=True, cursor=after
+        capture_set.partitions_name, limit=limit, ascending=True, cursor=after
     )
     return list(page.results), page.cursor if page.has_more else None

@@ -15,6 +15,7 @@ partition too.
 """
 
 import base64
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,9 +25,8 @@ import pyarrow.parquet as pq
 
 from ego_assets import pipeline
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_result, run_each
-from ego_assets.defs.ingest import trajectory
 from ego_assets.defs.k8s import QUALITY_TAGS
-from ego_assets.defs.partitions import captures_partitions
+from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.resources import StorageResource
 from ego_assets.quality.gate import Gate
 from ego_assets.quality.report import REPORT_JSON, REPORT_PARQUET
@@ -163,45 +163,56 @@ def _report_per_partition(context: dg.AssetExecutionContext, gates: dict[str, Ga
         )
 
 
-@dg.asset(
-    partitions_def=captures_partitions,
-    backfill_policy=backfill_policy,
-    deps=[trajectory],
-    group_name="quality",
-    kinds={"python", "parquet"},
-    code_version=pipeline.quality_version(),
-    op_tags=QUALITY_TAGS,
-    check_specs=[
-        dg.AssetCheckSpec(
-            EXPORT_GATE_CHECK,
-            asset="quality_report",
-            partitions_def=captures_partitions,
-            description=(
-                "Export gate per episode under the export policy (quality/policy.toml): fails "
-                "with ERROR when a metric at fail blocks the exports and no waiver lets it "
-                "through; warn-level metrics never block. Exporters refuse blocked episodes."
-            ),
-        )
-    ],
-    description=(
-        "Per-episode quality report (JSON + one Parquet row), timeline PNG and the export "
-        "gate (policy verdict, reasons, waivers)."
-    ),
-)
-def quality_report(
-    context: dg.AssetExecutionContext, storage: StorageResource
-) -> Iterator[AssetEvent]:
-    store = storage.get_storage()
-    results = run_each(context, lambda key: pipeline.assess_quality(store, key))
-    gates = {key: pipeline.stored_gate(store, key) for key in results}
-    if context.has_partition_key_range or len(gates) != 1:
-        checks = [_ranged_check_result(gates)]
-        _report_per_partition(context, gates)
-    else:
-        checks = [gate_check_result(key, gate) for key, gate in gates.items()]
-    yield from materialize_result(
-        context,
-        results,
-        extra=lambda key: _quality_metadata(store, key, gates[key]),
-        check_results=checks,
+@functools.cache  # one definition per set (the module-level one is set 0's)
+def build_quality_report(cs: CaptureSet) -> dg.AssetsDefinition:
+    """Set ``cs``'s quality_report with its export gate check."""
+
+    @dg.asset(
+        key=cs.key("quality_report"),
+        partitions_def=cs.partitions_def,
+        backfill_policy=backfill_policy,
+        deps=[cs.key("trajectory")],
+        group_name=cs.group("quality"),
+        kinds={"python", "parquet"},
+        code_version=pipeline.quality_version(),
+        op_tags=QUALITY_TAGS,
+        check_specs=[
+            dg.AssetCheckSpec(
+                EXPORT_GATE_CHECK,
+                asset=cs.key("quality_report"),
+                partitions_def=cs.partitions_def,
+                description=(
+                    "Export gate per episode under the export policy (quality/policy.toml): "
+                    "fails with ERROR when a metric at fail blocks the exports and no waiver "
+                    "lets it through; warn-level metrics never block. Exporters refuse "
+                    "blocked episodes."
+                ),
+            )
+        ],
+        description=(
+            "Per-episode quality report (JSON + one Parquet row), timeline PNG and the export "
+            "gate (policy verdict, reasons, waivers)."
+        ),
     )
+    def quality_report(
+        context: dg.AssetExecutionContext, storage: StorageResource
+    ) -> Iterator[AssetEvent]:
+        store = storage.get_storage()
+        results = run_each(context, lambda key: pipeline.assess_quality(store, key))
+        gates = {key: pipeline.stored_gate(store, key) for key in results}
+        if context.has_partition_key_range or len(gates) != 1:
+            checks = [_ranged_check_result(gates)]
+            _report_per_partition(context, gates)
+        else:
+            checks = [gate_check_result(key, gate) for key, gate in gates.items()]
+        yield from materialize_result(
+            context,
+            results,
+            extra=lambda key: _quality_metadata(store, key, gates[key]),
+            check_results=checks,
+        )
+
+    return quality_report
+
+
+quality_report = build_quality_report(SET0)

@@ -1,15 +1,27 @@
-"""Landing-zone sensor: registers complete captures as partitions and requests their runs."""
+"""Landing-zone sensor: registers complete captures as partitions and requests their runs.
 
-from collections.abc import Mapping
+Each capture goes to its capture set (`ego_assets.defs.partitions`): registered in that
+set's partitions definition and run by that set's ``capture_job`` (``capture_job_s001``
+...), so one tick costs one insert per set it touches, whatever the number registered.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
 
 import dagster as dg
 
-from ego_assets.defs.ceres import ceres_episode
-from ego_assets.defs.egosmith import egosmith_shards
-from ego_assets.defs.holos import holos_hdf5
-from ego_assets.defs.ingest import raw_capture, trajectory
-from ego_assets.defs.partitions import capture_run_request, register_captures
-from ego_assets.defs.quality import quality_report
+from ego_assets.capture_sets import PER_CAPTURE_ASSETS
+from ego_assets.defs.partitions import (
+    CAPTURE_JOB,
+    SET0,
+    CaptureSet,
+    all_sets,
+    capture_run_request,
+    register_captures,
+    resolve_sets,
+)
 from ego_assets.defs.resources import StorageResource
 from ego_assets.landing import scan_landing
 
@@ -20,15 +32,18 @@ MAX_CAPTURES_PER_TICK = 200
 SENSOR_INTERVAL_ENV = "EGO_SENSOR_INTERVAL_S"
 DEFAULT_SENSOR_INTERVAL_S = 30
 
-# Every per-capture asset, all three exporters included (a landed capture is exported to
-# Holos HDF5, EgoSmith and CERES); the unpartitioned aggregates run in `aggregates_job`.
-capture_job = dg.define_asset_job(
-    "capture_job",
-    selection=dg.AssetSelection.assets(
-        raw_capture, trajectory, quality_report, holos_hdf5, egosmith_shards, ceres_episode
-    ),
-    description="Everything per capture, from the raw copy to the checked outputs and exports.",
-)
+
+@functools.cache  # one definition per set (the module-level one is set 0's)
+def build_capture_job(cs: CaptureSet) -> dg.UnresolvedAssetJobDefinition:
+    """Set ``cs``'s ``capture_job``: everything per capture for one of its captures."""
+    return dg.define_asset_job(
+        cs.job_name(CAPTURE_JOB),
+        selection=dg.AssetSelection.assets(*(cs.key(name) for name in PER_CAPTURE_ASSETS)),
+        description="Everything per capture, from the raw copy to the checked outputs and exports.",
+    )
+
+
+capture_job = build_capture_job(SET0)
 
 
 def sensor_interval_s(environ: Mapping[str, str]) -> int:
@@ -41,24 +56,42 @@ def sensor_interval_s(environ: Mapping[str, str]) -> int:
     return int(text)
 
 
-def build_landing_sensor(interval_s: int = DEFAULT_SENSOR_INTERVAL_S) -> dg.SensorDefinition:
-    """`landing_sensor` ticking every ``interval_s`` seconds."""
+def build_landing_sensor(
+    interval_s: int = DEFAULT_SENSOR_INTERVAL_S,
+    sets: int | None = None,
+    jobs: list[dg.UnresolvedAssetJobDefinition] | None = None,
+) -> dg.SensorDefinition:
+    """`landing_sensor` ticking every ``interval_s`` seconds over ``sets`` capture sets
+    (default ``EGO_CAPTURE_SETS``), requesting runs of each set's ``capture_job``
+    (``jobs``: those jobs, default built here)."""
+    n = resolve_sets(sets)
+    targets = jobs if jobs is not None else [build_capture_job(cs) for cs in all_sets(n)]
     return dg.sensor(
         name="landing_sensor",
-        job=capture_job,
+        jobs=targets,
         minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             "Watches the landing zone: every complete capture (marker written) becomes a "
-            "partition of `captures` (registered by the sensor in one bulk insert) and one "
-            "capture_job run (run key = capture key, so a capture already run, e.g. by "
-            "`make demo`, is never run again)."
+            "partition of its capture set (`captures`, `captures_s001`, ...; registered by "
+            "the sensor in one bulk insert per set) and one run of its set's capture_job "
+            "(run key = capture key, so a capture already run, e.g. by `make demo`, is never "
+            "run again)."
         ),
-    )(_landing_sensor)
+    )(_landing_sensor_over(n))
+
+
+def _landing_sensor_over(sets: int) -> Callable[..., dg.SensorResult | dg.SkipReason]:
+    def landing_sensor(
+        context: dg.SensorEvaluationContext, storage: StorageResource
+    ) -> dg.SensorResult | dg.SkipReason:
+        return _landing_sensor(context, storage, sets)
+
+    return landing_sensor
 
 
 def _landing_sensor(
-    context: dg.SensorEvaluationContext, storage: StorageResource
+    context: dg.SensorEvaluationContext, storage: StorageResource, sets: int
 ) -> dg.SensorResult | dg.SkipReason:
     """New complete captures in the landing zone -> partitions + one run request each.
 
@@ -72,13 +105,14 @@ def _landing_sensor(
             context.update_cursor(scan.cursor)
         return dg.SkipReason("no new complete captures")
     # O(new captures) in instance queries, whatever the number registered: one bulk insert
-    # here, and run requests that need no per-key existence check (see `register_captures`).
-    keys = register_captures(context.instance, scan.keys)
+    # per set here, and run requests that need no per-key existence check (see
+    # `register_captures`).
+    keys = register_captures(context.instance, scan.keys, sets)
     context.log.info(f"registered {len(keys)} captures; {scan.pending} left for the next tick")
     return dg.SensorResult(
-        run_requests=[capture_run_request(k, capture_job.name) for k in keys],
+        run_requests=[capture_run_request(k, sets) for k in keys],
         cursor=scan.cursor,
     )
 
 
-landing_sensor = build_landing_sensor()
+landing_sensor = build_landing_sensor(sets=1)
