@@ -370,6 +370,7 @@ def _catalog(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ego_assets.capture_sets import PER_CAPTURE_ASSETS
     from ego_assets.synth import KINDS
 
     parser = argparse.ArgumentParser(
@@ -498,9 +499,103 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the configuration entry (sha256:...) for TOKEN and exit",
     )
     serve.set_defaults(func=_serve)
+    where = sub.add_parser(
+        "where",
+        help="which capture set (Dagster partitions, group, assets) a capture is in",
+        description=(
+            "Print the capture set of each capture key (EGO_CAPTURE_SETS sets, see\n"
+            "docs/scale.md): its partitions definition, asset group, asset keys and job.\n"
+            "In the Dagster UI: the group, then an asset's Partitions tab."
+        ),
+    )
+    where.add_argument("keys", nargs="+", metavar="KEY", help="capture key")
+    where.add_argument("--sets", type=int, help="number of sets (default: $EGO_CAPTURE_SETS)")
+    where.set_defaults(func=_where)
+
+    backfill = sub.add_parser(
+        "backfill",
+        help="re-run per-capture assets for some or all captures (one backfill per set)",
+        description=(
+            "Launch Dagster asset backfills on the instance of $DAGSTER_HOME: the captures\n"
+            "are grouped by capture set and each set gets one backfill, run by the backfill\n"
+            "daemon in ranged runs of BACKFILL_CHUNK captures. Prints the backfill ids."
+        ),
+    )
+    chosen = backfill.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--captures", nargs="+", metavar="KEY", help="capture keys")
+    chosen.add_argument("--all", action="store_true", help="every registered capture")
+    backfill.add_argument(
+        "--assets",
+        help=f"comma-separated per-capture assets: {', '.join(PER_CAPTURE_ASSETS)} "
+        "(default: all of them)",
+    )
+    backfill.add_argument("--sets", type=int, help="number of sets (default: $EGO_CAPTURE_SETS)")
+    backfill.set_defaults(func=_backfill)
+
+    partitions = sub.add_parser("partitions", help="maintain the capture partition sets")
+    psub = partitions.add_subparsers(
+        dest="partitions_command", required=True, metavar="ACTION", help="migrate"
+    )
+    migrate = psub.add_parser(
+        "migrate",
+        help="move captures to their set under a new number of sets",
+        description=(
+            "Put every registered capture (instance of $DAGSTER_HOME) in its set among\n"
+            "--sets sets: dry run by default (counts per set now and after); with --apply\n"
+            "each moving capture joins its new set, the latest materialization of each\n"
+            "per-capture asset is re-reported there (metadata, data and code versions: no\n"
+            "re-run), then it leaves its old set. Safe to run again after an interruption.\n"
+            "Set EGO_CAPTURE_SETS to the same number for every process afterwards."
+        ),
+    )
+    migrate.add_argument("--sets", type=int, required=True, help="the new number of sets")
+    migrate.add_argument(
+        "--from-sets",
+        type=int,
+        help="number of sets captures may be in now (default: $EGO_CAPTURE_SETS)",
+    )
+    migrate.add_argument("--apply", action="store_true", help="migrate (default: dry run)")
+    migrate.set_defaults(func=_migrate)
     for command in sub.choices.values():
         command.formatter_class = _HelpFormatter
     return parser
+
+
+def _check_sets(sets: int | None) -> int | None:
+    from ego_assets.capture_sets import parse_capture_sets
+
+    return None if sets is None else parse_capture_sets(str(sets))
+
+
+def _where(args: argparse.Namespace) -> int:
+    from ego_assets.defs.capture_ops import where
+
+    for key in args.keys:
+        place = where(key, _check_sets(args.sets))
+        print(f"{place['capture']}: set {place['set']}  partitions {place['partitions']}")
+        print(f"  group: {place['group']}")
+        print(f"  assets: {', '.join(place['assets'])}")  # type: ignore[arg-type]
+        print(f"  job: {place['job']}")
+    return 0
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    from ego_assets.capture_sets import PER_CAPTURE_ASSETS
+    from ego_assets.defs.capture_ops import backfill_command
+
+    chosen = args.assets or ",".join(PER_CAPTURE_ASSETS)
+    assets = [a.strip() for a in chosen.split(",") if a.strip()]
+    return backfill_command(
+        None if args.all else args.captures, assets, _check_sets(args.sets), print
+    )
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from ego_assets.defs.capture_ops import migrate_command
+
+    sets = _check_sets(args.sets)
+    assert sets is not None
+    return migrate_command(sets, _check_sets(args.from_sets), args.apply, print)
 
 
 def _serve(args: argparse.Namespace) -> int:
