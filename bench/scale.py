@@ -1,7 +1,12 @@
 """Benchmark: Dagster's partitions at 10k, 100k and 1M captures on a Postgres instance.
 
-``python -m bench scale [--episodes 10000,100000,1000000] [--json FILE] [--repeat 3]
-[--no-browser] [--no-daemon]``
+``python -m bench scale [--episodes 10000,100000,1000000] [--sets N] [--json FILE]
+[--repeat 3] [--no-browser] [--daemon-s S]``
+
+``--sets N``: the captures are split over N capture sets (``EGO_CAPTURE_SETS``) at every
+size; each set's per-capture assets are seeded, and the UI figures, the chunk run and
+the asset page are those of set 1's ``raw_capture`` (``s001/raw_capture``; set 0's
+``raw_capture`` with one set).
 
 One fresh database (``scale_<hex>`` on 127.0.0.1:5432, dropped at the end) grows through
 the sizes in order. At each size the instance holds ``N`` registered captures and one
@@ -21,8 +26,9 @@ batch; the same call a run uses when ``DAGSTER_EVENT_BATCH_SIZE`` is set). Then,
   partition stats, the partitions tab) and the materialize dialog, against a running
   ``dagster-webserver``; first call (cold) and best of ``--repeat`` (warm); and the asset's
   partitions page loaded in headless Chromium until the partition count is on screen.
-* ``backfill_launch_s``: the ``launchPartitionBackfill`` mutation for 10,000 captures over
-  every per-capture asset (the call the UI and ``scripts``-style launchers make);
+* ``backfill_launch_s``: ``ego-assets backfill`` for 10,000 captures over every
+  per-capture asset (`capture_ops.launch_backfills`: one asset backfill per capture set,
+  written to the instance; summed over the sets);
   ``backfill_first_iteration_s``: the backfill daemon's first pass over it (planning and
   submitting the first chunk runs to a queue that launches nothing).
 * ``chunk_run_start_s``: a ranged run of `BACKFILL_CHUNK` captures, from the call to its
@@ -175,25 +181,29 @@ def _copy_materializations(
 
 
 def seed(
-    instance: Any, db: str, start: int, stop: int, asset_keys: Sequence[Any]
+    instance: Any, db: str, start: int, stop: int, sets: int, asset_names: Sequence[str]
 ) -> dict[str, float]:
-    """Register captures ``start..stop`` and one materialization per asset for each."""
-    from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
+    """Register captures ``start..stop`` in their capture sets and one materialization per
+    per-capture asset (each set's own key) for each."""
+    from ego_assets.defs.partitions import group_by_set
 
-    keys = [capture_key(i) for i in range(start, stop)]
+    by_set = group_by_set((capture_key(i) for i in range(start, stop)), sets)
     t0 = time.perf_counter()
-    for i in range(0, len(keys), 50_000):
-        instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, keys[i : i + 50_000])
+    for capture_set, keys in by_set.items():
+        for i in range(0, len(keys), 50_000):
+            instance.add_dynamic_partitions(capture_set.partitions_name, keys[i : i + 50_000])
     partitions_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     now = time.time()
-    for asset_key in asset_keys:
-        _copy_materializations(instance, db, asset_key, keys, now)
+    for capture_set, keys in by_set.items():
+        for name in asset_names:
+            _copy_materializations(instance, db, capture_set.key(name), keys, now)
     events_s = time.perf_counter() - t0
     return {
         "partitions_s": round(partitions_s, 2),
         "materializations_s": round(events_s, 2),
-        "materializations": len(keys) * len(asset_keys),
+        "materializations": (stop - start) * len(asset_names),
+        "largest_set": max((len(k) for k in by_set.values()), default=0),
     }
 
 
@@ -284,23 +294,41 @@ def sensor_ticks(
 # ---------------------------------------------------------------- runs and automation
 
 
-def chunk_run_start(instance: Any, defs: Any, keys: Sequence[str]) -> float:
-    """Seconds from launching a ranged run over ``keys`` to its first step starting."""
+def chunk_run_start(instance: Any, defs: Any, capture_set: Any, keys: Sequence[str]) -> float:
+    """Seconds from launching a ranged run over ``keys`` (consecutive in ``capture_set``)
+    to its first step starting."""
     import dagster as dg
 
-    from ego_assets.defs.ingest import raw_capture
-
-    job = defs.resolve_job_def("capture_job")
+    job = defs.resolve_job_def(capture_set.job_name("capture_job"))
     tags = {
         "dagster/asset_partition_range_start": keys[0],
         "dagster/asset_partition_range_end": keys[-1],
     }
     start = time.time()
     result = job.execute_in_process(
-        instance=instance, tags=tags, raise_on_error=False, asset_selection=[raw_capture.key]
+        instance=instance,
+        tags=tags,
+        raise_on_error=False,
+        asset_selection=[capture_set.key("raw_capture")],
     )
     (step_start,) = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.STEP_START)
     return step_start.timestamp - start
+
+
+def backfill_command(
+    instance: Any, defs: Any, keys: Sequence[str], sets: int
+) -> tuple[list[str], float, list[dict[str, Any]]]:
+    """``ego-assets backfill --captures KEYS`` as the command runs it
+    (`capture_ops.launch_backfills`: one asset backfill per set over every per-capture
+    asset): the backfill ids, the total seconds and per-set detail."""
+    from ego_assets.defs.capture_ops import launch_backfills
+
+    graph = defs.resolve_asset_graph()
+    start = time.perf_counter()
+    launched = launch_backfills(instance, graph, keys, sets=sets)
+    total = time.perf_counter() - start
+    detail = [{"set": b.capture_set.index, "captures": b.captures} for b in launched]
+    return [b.backfill_id for b in launched], total, detail
 
 
 def stale_code_ticks(instance: Any, defs: Any, size: int, max_automation: int) -> dict[str, Any]:
@@ -351,6 +379,11 @@ def stale_code_ticks(instance: Any, defs: Any, size: int, max_automation: int) -
 # ---------------------------------------------------------------- webserver, UI, daemon
 
 
+def _load() -> list[float]:
+    """1, 5 and 15-minute load averages (the machine is shared)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def rss_mb(pid: int) -> dict[str, float]:
     """Current and peak resident memory of ``pid`` (MB), from /proc."""
     out = {}
@@ -396,16 +429,6 @@ def best_of(call: Callable[[], float], repeat: int) -> tuple[float, list[float]]
     times = [call() for _ in range(repeat)]
     return min(times), times
 
-
-LAUNCH_BACKFILL = """
-mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $backfillParams) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on Error { message }
-  }
-}
-"""
 
 # The asset page's partition health document, as dagster-webserver 1.13.27's UI sends it
 # (ui-core/src/assets/usePartitionHealthData.tsx); used when no browser recorded it.
@@ -473,22 +496,6 @@ query SensorTicks($selector: SensorSelector!) {
   }
 }
 """
-
-
-def launch_backfill(
-    gql: GraphQL, keys: Sequence[str], asset_names: Sequence[str]
-) -> tuple[str, float]:
-    params = {
-        "partitionNames": list(keys),
-        "assetSelection": [{"path": [name]} for name in asset_names],
-        "fromFailure": False,
-        "title": f"bench scale: {len(keys)} captures",
-    }
-    data, elapsed = gql(LAUNCH_BACKFILL, {"backfillParams": params})
-    result = data["launchPartitionBackfill"]
-    if result["__typename"] != "LaunchBackfillSuccess":
-        raise RuntimeError(f"backfill launch failed: {result}")
-    return result["backfillId"], elapsed
 
 
 def sensor_tick_times(gql: GraphQL, sensor_name: str) -> list[dict[str, Any]]:
@@ -629,16 +636,23 @@ class Browser:
 
 
 def ui_figures(
-    url: str, gql: GraphQL, profile: Path, size: int, repeat: int, browser: bool
+    url: str,
+    gql: GraphQL,
+    profile: Path,
+    size: int,
+    repeat: int,
+    browser: bool,
+    asset_path: Sequence[str] = ("raw_capture",),
 ) -> dict[str, Any]:
-    """Asset page + materialize dialog: the browser's own load, then the UI's GraphQL
-    documents replayed (best of ``repeat``)."""
-    out: dict[str, Any] = {}
+    """Asset page + materialize dialog of the per-capture asset ``asset_path`` (one capture
+    set's): the browser's own load, then the UI's GraphQL documents replayed (best of
+    ``repeat``)."""
+    out: dict[str, Any] = {"ui_asset": "/".join(asset_path)}
     documents: dict[str, dict[str, Any]] = {}
     if browser and Browser.available():
         chrome = Browser(profile)
         try:
-            page = f"{url}/assets/raw_capture?view=partitions"
+            page = f"{url}/assets/{'/'.join(asset_path)}?view=partitions"
             out["ui_asset_page_browser_cold_s"] = round(chrome.load(page, "Partitions"), 2)
             for post in chrome.graphql_posts():
                 documents.setdefault(post.get("operationName") or "?", post)
@@ -655,7 +669,7 @@ def ui_figures(
             chrome.quit()
     documents.setdefault(
         "PartitionHealthQuery",
-        {"query": PARTITION_HEALTH_QUERY, "variables": {"assetKey": {"path": ["raw_capture"]}}},
+        {"query": PARTITION_HEALTH_QUERY, "variables": {"assetKey": {"path": list(asset_path)}}},
     )
     out["ui_graphql_operations"] = sorted(documents)
     for wanted, label in (
@@ -689,12 +703,6 @@ def _wait_http(url: str, timeout_s: float) -> None:
     raise RuntimeError(f"{url} not up after {timeout_s} s")
 
 
-def per_capture_assets(defs: Any) -> list[Any]:
-    """Asset keys of every per-capture (partitioned) asset, in graph order."""
-    graph = defs.resolve_asset_graph()
-    return [k for k in graph.toposorted_asset_keys if graph.get(k).partitions_def is not None]
-
-
 class Bench:
     """One growing instance measured at each size."""
 
@@ -707,10 +715,13 @@ class Bench:
         browser: bool,
         daemon_s: float,
         max_automation: int,
+        sets: int = 1,
     ) -> None:
         import dagster as dg
 
+        from ego_assets.capture_sets import PER_CAPTURE_ASSETS
         from ego_assets.definitions import build_defs
+        from ego_assets.defs.partitions import CaptureSet
         from ego_assets.defs.resources import StorageResource
 
         self.tmp, self.home, self.db, self.repeat = tmp, home, db, repeat
@@ -719,12 +730,16 @@ class Bench:
         self.landing = self.data / "landing"
         self.landing.mkdir(parents=True)
         self.storage = StorageResource(root=str(self.data))
-        self.defs = build_defs(self.storage)
-        self.assets = per_capture_assets(self.defs)
+        self.sets = sets
+        self.defs = build_defs(self.storage, sets=sets)
+        self.asset_names = PER_CAPTURE_ASSETS
+        # the capture set whose asset page, chunk run and backfill detail are measured
+        self.watched = CaptureSet(1 if sets > 1 else 0)
         self.instance = dg.DagsterInstance.from_config(str(home))
         self.registered = 0  # captures registered so far (seeded + landed)
         self.next_index = 0
         self.cursor: str | None = None
+        self.root_runs = BACKFILL_EPISODES // 50
 
     def env(self) -> dict[str, str]:
         return {
@@ -732,17 +747,25 @@ class Bench:
             "EGO_DATA_DIR": str(self.data),
             "EGO_SENSOR_INTERVAL_S": "5",
             "DAGSTER_DISABLE_TELEMETRY": "1",
+            "EGO_CAPTURE_SETS": str(self.sets),
         }
 
     def measure(self, size: int) -> dict[str, Any]:
+        from ego_assets.capture_sets import capture_set
         from ego_assets.defs.episodes import BACKFILL_CHUNK
+        from ego_assets.defs.partitions import group_by_set
         from ego_assets_tests.processes import daemon_args, free_port, start, stop, webserver_args
 
-        out: dict[str, Any] = {"episodes": size}
+        out: dict[str, Any] = {"episodes": size, "sets": self.sets, "load_before": _load()}
         count = max(0, size - self.registered)
-        log.info("size %d: seeding %d captures x %d assets", size, count, len(self.assets))
+        log.info("size %d: seeding %d captures x %d assets", size, count, len(self.asset_names))
         out["seed"] = seed(
-            self.instance, self.db, self.next_index, self.next_index + count, self.assets
+            self.instance,
+            self.db,
+            self.next_index,
+            self.next_index + count,
+            self.sets,
+            self.asset_names,
         )
         seeded_end = self.next_index + count
         self.next_index, self.registered = seeded_end, self.registered + count
@@ -757,9 +780,20 @@ class Bench:
         out.update(ticks)
         log.info("size %d: sensor %.2f s", size, out["sensor_tick_s"])
 
-        chunk = [capture_key(i) for i in range(seeded_end - BACKFILL_CHUNK, seeded_end)]
+        seeded = group_by_set((capture_key(i) for i in range(seeded_end)), self.sets)
+        watched_keys = seeded.get(self.watched, [])
+        out["ui_asset_partitions"] = len(watched_keys) + sum(
+            1
+            for i in range(seeded_end, self.next_index)
+            if capture_set(capture_key(i), self.sets) == self.watched.index
+        )
+        chunk = watched_keys[-BACKFILL_CHUNK:]
         out["chunk_run_start_s"] = round(
-            min(chunk_run_start(self.instance, self.defs, chunk) for _ in range(self.repeat)), 3
+            min(
+                chunk_run_start(self.instance, self.defs, self.watched, chunk)
+                for _ in range(self.repeat)
+            ),
+            3,
         )
         log.info("size %d: chunk run start %.2f s", size, out["chunk_run_start_s"])
         out.update(stale_code_ticks(self.instance, self.defs, size, self.max_automation))
@@ -773,12 +807,26 @@ class Bench:
         try:
             _wait_http(f"{url}/server_info", 300)
             out.update(
-                ui_figures(url, gql, self.tmp / f"chrome-{size}", size, self.repeat, self.browser)
+                ui_figures(
+                    url,
+                    gql,
+                    self.tmp / f"chrome-{size}",
+                    size,
+                    self.repeat,
+                    self.browser,
+                    self.watched.key("raw_capture").path,
+                )
             )
             log.info("size %d: partition status %s s", size, out.get("ui_partition_status_s"))
             keys = [capture_key(i) for i in range(seeded_end - BACKFILL_EPISODES, seeded_end)]
-            names = [k.to_user_string() for k in self.assets]
-            backfill_id, out["backfill_launch_s"] = launch_backfill(gql, keys, names)
+            backfill_ids, launch_s, detail = backfill_command(
+                self.instance, self.defs, keys, self.sets
+            )
+            out["backfill_launch_s"] = round(launch_s, 3)
+            out["backfill_launch_path"] = "ego-assets backfill (capture_ops.launch_backfills)"
+            out["backfills"] = len(backfill_ids)
+            out["backfill_detail"] = detail
+            self.root_runs = sum(-(-d["captures"] // BACKFILL_CHUNK) for d in detail)
             log.info("size %d: backfill launch %.2f s", size, out["backfill_launch_s"])
             web_mem = rss_mb(web.process.pid)
             out["webserver_rss_mb"] = web_mem["VmHWM"]
@@ -790,30 +838,36 @@ class Bench:
                 self.registered += NEW_CAPTURES
                 daemon = start("dagster-daemon", daemon_args(), self.env(), self.tmp)
                 services.append(daemon)
-                out.update(self._daemon_phase(gql, daemon.process.pid, backfill_id, last))
-            self._cancel_backfill(gql, backfill_id)
+                out.update(self._daemon_phase(gql, daemon.process.pid, backfill_ids, last))
+            for backfill_id in backfill_ids:
+                self._cancel_backfill(gql, backfill_id)
+            out["load_after"] = _load()
         finally:
             stop(services)
         return out
 
-    def _daemon_phase(self, gql: GraphQL, pid: int, backfill_id: str, last: str) -> dict[str, Any]:
+    def _daemon_phase(
+        self, gql: GraphQL, pid: int, backfill_ids: Sequence[str], last: str
+    ) -> dict[str, Any]:
         """Daemon with the landing sensor, the stale-code sensor and the backfill running."""
         from dagster._core.storage.dagster_run import RunsFilter
 
-        from ego_assets.defs.episodes import BACKFILL_CHUNK
-        from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
+        from ego_assets.defs.partitions import partition_for_capture
 
-        root_runs = BACKFILL_EPISODES // BACKFILL_CHUNK
+        last_set = partition_for_capture(last, self.sets).partitions_name
+
+        root_runs = self.root_runs  # ranged runs of BACKFILL_CHUNK per set's backfill
         start = time.monotonic()
         deadline = start + self.daemon_s
         registered_at = first_run_at = all_root_at = None
         while time.monotonic() < deadline:
             now = time.monotonic() - start
-            if registered_at is None and self.instance.has_dynamic_partition(
-                CAPTURES_PARTITIONS_NAME, last
-            ):
+            if registered_at is None and self.instance.has_dynamic_partition(last_set, last):
                 registered_at = now
-            runs = self.instance.get_runs_count(RunsFilter(tags={"dagster/backfill": backfill_id}))
+            runs = sum(
+                self.instance.get_runs_count(RunsFilter(tags={"dagster/backfill": backfill_id}))
+                for backfill_id in backfill_ids
+            )
             if runs and first_run_at is None:
                 first_run_at = now
             if runs >= root_runs and all_root_at is None:
@@ -851,15 +905,22 @@ def run(
     daemon_s: float,
     max_automation: int,
     json_path: Path | None = None,
+    sets: int = 1,
 ) -> dict[str, Any]:
     """Every size in turn; the JSON is rewritten after each size (a 1M size runs for an
     hour, the smaller ones are kept if it is stopped)."""
-    result: dict[str, Any] = {"sizes": {}, "targets": TARGETS, "new_captures": NEW_CAPTURES}
+    result: dict[str, Any] = {
+        "sizes": {},
+        "targets": TARGETS,
+        "new_captures": NEW_CAPTURES,
+        "capture_sets": sets,
+        "cpus": os.cpu_count(),
+    }
     with tempfile.TemporaryDirectory(prefix="ego-bench-scale-") as tmp_name:
         tmp = Path(tmp_name)
         with postgres_home(tmp / "home") as (home, db):
             result["database"] = db
-            bench = Bench(tmp, home, db, repeat, browser, daemon_s, max_automation)
+            bench = Bench(tmp, home, db, repeat, browser, daemon_s, max_automation, sets)
             try:
                 for size in sorted(sizes):
                     result["sizes"][str(size)] = bench.measure(size)
@@ -919,6 +980,9 @@ def main(argv: list[str]) -> int:
         default=100_000,
         help="largest size at which an automation-condition stale-code sensor is evaluated",
     )
+    parser.add_argument(
+        "--sets", type=int, default=1, help="capture sets (EGO_CAPTURE_SETS) for every size"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("dagster").setLevel(logging.WARNING)
@@ -932,6 +996,7 @@ def main(argv: list[str]) -> int:
         args.daemon_s,
         args.max_automation_episodes,
         args.json,
+        args.sets,
     )
     report(table(result), result, args.json)
     return 0
