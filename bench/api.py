@@ -5,9 +5,12 @@ instance (queued run coordinator), dagster-daemon, dagster-webserver and
 ``ego-assets serve`` on loopback, over a local data folder holding ``--captures``
 prepared captures (ingested, normalized, judged; not exported). Then, for ``--seconds``:
 
-* ``--clients`` concurrent clients (one asyncio loop, aiohttp, one connection each) poll
-  ``GET /captures/<id>/export-<format>`` round-robin over every capture and format,
-  waiting ``--interval`` seconds between their requests (a page or a toast polling);
+* ``--clients`` concurrent clients poll ``GET /captures/<id>/export-<format>``
+  round-robin over every capture and format, waiting ``--interval`` seconds between
+  their requests (a page or a toast polling). They are cheap on purpose, so the figures
+  measure the server rather than the client: one asyncio loop (uvloop), one keep-alive
+  HTTP/1.1 connection per client, requests pre-encoded, answers read by their
+  Content-Length (the status picked from the body without a JSON parse);
 * meanwhile exports run: every capture's HDF5, LeRobot and WebDataset export is asked for
   (POST), and each finished one is asked again with ``force`` so runs keep going for the
   whole window (queued by the coordinator, executed by the daemon's run workers).
@@ -17,7 +20,9 @@ The window opens once the first export run has started (asked for before it).
 Reported: GET latency p50/p90/p99/max (ms, client side, from send to the full body),
 the same for ``/healthz`` (every tenth request: the baseline of loop, server and load),
 the API's own p50/p99 (its access log: request in to response start), requests, rate,
-errors (non-200 answers and failed connections), export runs finished.
+errors (non-200 answers, failed or closed connections, timeouts), export runs finished,
+the CPU seconds the client loop and the API's processes (workers and refresher) used in
+the window, and the machine's load average at the start and the end.
 Target: p99 <= 50 ms. The client and the servers share the machine's cores, so the
 figures include that contention.
 """
@@ -55,43 +60,63 @@ def _percentile(values: list[float], q: float) -> float:
 async def _load(
     url: str, paths: list[str], clients: int, seconds: float, interval: float
 ) -> tuple[list[float], list[float], int, dict[str, int]]:
-    import aiohttp
+    from urllib.parse import urlparse
 
+    parsed = urlparse(url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
     latencies: list[float] = []
     baseline: list[float] = []
     errors = 0
     statuses: dict[str, int] = {}
     stop_at = time.monotonic() + seconds
-    headers = {"Authorization": f"Bearer {TOKEN}"}
+    encoded = {
+        path: (
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        ).encode()
+        for path in [*paths, "/healthz"]
+    }
+    length_re = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
+    status_re = re.compile(rb'"status":"(\w+)"')
 
     async def client(index: int) -> None:
         nonlocal errors
-        connector = aiohttp.TCPConnector(limit=1)
-        timeout = aiohttp.ClientTimeout(total=10)
-        async with aiohttp.ClientSession(
-            url, connector=connector, headers=headers, timeout=timeout
-        ) as session:
-            await asyncio.sleep(interval * index / clients)  # spread the first requests
-            n = index
-            while time.monotonic() < stop_at:
-                n += 1
-                probe = n % BASELINE_EVERY == 0
-                path = "/healthz" if probe else paths[n % len(paths)]
-                started = time.perf_counter()
-                try:
-                    async with session.get(path) as response:
-                        body = await response.json()
-                        elapsed = (time.perf_counter() - started) * 1000
-                        if response.status != 200:
-                            errors += 1
-                        elif probe:
-                            baseline.append(elapsed)
-                        else:
-                            latencies.append(elapsed)
-                            statuses[body["status"]] = statuses.get(body["status"], 0) + 1
-                except (aiohttp.ClientError, TimeoutError):
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        await asyncio.sleep(interval * index / clients)  # spread the first requests
+        n = index
+        while time.monotonic() < stop_at:
+            n += 1
+            probe = n % BASELINE_EVERY == 0
+            path = "/healthz" if probe else paths[n % len(paths)]
+            started = time.perf_counter()
+            try:
+                async with asyncio.timeout(10):
+                    if connection is None:
+                        connection = await asyncio.open_connection(host, port)
+                    reader, writer = connection
+                    writer.write(encoded[path])
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    found = length_re.search(head)
+                    if found is None:
+                        raise ValueError("answer without Content-Length")
+                    body = await reader.readexactly(int(found.group(1)))
+                elapsed = (time.perf_counter() - started) * 1000
+                if head[9:12] != b"200":
                     errors += 1
-                await asyncio.sleep(interval)
+                elif probe:
+                    baseline.append(elapsed)
+                else:
+                    latencies.append(elapsed)
+                    match = status_re.search(body)
+                    status = match.group(1).decode() if match else "?"
+                    statuses[status] = statuses.get(status, 0) + 1
+            except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError):
+                errors += 1
+                if connection is not None:
+                    connection[1].close()
+                connection = None
+            await asyncio.sleep(interval)
+        if connection is not None:
+            connection[1].close()
 
     await asyncio.gather(*(client(i) for i in range(clients)))
     return latencies, baseline, errors, statuses
@@ -155,15 +180,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=0.5, help="pause between polls (s)")
     parser.add_argument("--captures", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=1, help="API server processes")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    result = run(args.clients, args.seconds, args.interval, args.captures)
+    result = run(args.clients, args.seconds, args.interval, args.captures, args.workers)
     table = name_value_table([(k, str(v)) for k, v in result.items()])
     report(table, result, args.json)
     return 0
 
 
-def run(clients: int, seconds: float, interval: float, captures: int) -> dict[str, Any]:
+def run(
+    clients: int, seconds: float, interval: float, captures: int, workers: int = 1
+) -> dict[str, Any]:
     import dagster as dg
 
     from ego_assets import pipeline
@@ -223,6 +251,7 @@ def run(clients: int, seconds: float, interval: float, captures: int) -> dict[st
                 web = start("dagster-webserver", webserver_args(web_port), env, tmp)
                 services.append(web)
                 serve = [str(BIN / "ego-assets"), "serve", "--port", str(api_port)]
+                serve += ["--workers", str(workers)]
                 serve += ["--config", str(config), "--dagster-url", f"http://127.0.0.1:{web_port}"]
                 server = start("ego-assets-serve", serve, env, tmp)
                 services.append(server)
@@ -230,8 +259,8 @@ def run(clients: int, seconds: float, interval: float, captures: int) -> dict[st
                 url = f"http://127.0.0.1:{api_port}"
                 wait_http_ok(f"{url}/healthz", server, 120)
                 paths = [f"/captures/{k}/{r}" for k in keys for r in ROUTES]
-                latencies, baseline, errors, statuses, runs = asyncio.run(
-                    _measure(url, paths, clients, seconds, interval)
+                latencies, baseline, errors, statuses, runs, cpu = _run_loop(
+                    _measure(url, paths, clients, seconds, interval, server.process.pid)
                 )
             finally:
                 stop(services)
@@ -239,6 +268,7 @@ def run(clients: int, seconds: float, interval: float, captures: int) -> dict[st
             server_ms = _server_times(tmp / "ego-assets-serve.log")
     return {
         "clients": clients,
+        "workers": workers,
         "seconds": seconds,
         "interval_s": interval,
         "requests": len(latencies) + errors,
@@ -254,6 +284,7 @@ def run(clients: int, seconds: float, interval: float, captures: int) -> dict[st
         "server_p99_ms": round(_percentile(server_ms, 0.99), 2) if server_ms else None,
         "statuses_seen": statuses,
         "export_runs_finished": runs,
+        **cpu,
     }
 
 
@@ -267,15 +298,58 @@ def _server_times(log_path: Path) -> list[float]:
     return times
 
 
+def _run_loop(coroutine: Any) -> Any:
+    """Run on uvloop when it is installed (the server's loop too), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coroutine)
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its descendants alive now."""
+    import psutil
+
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        for process in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+    except psutil.Error:
+        pass
+    return total
+
+
 async def _measure(
-    url: str, paths: list[str], clients: int, seconds: float, interval: float
-) -> tuple[list[float], list[float], int, dict[str, int], int]:
+    url: str, paths: list[str], clients: int, seconds: float, interval: float, server_pid: int
+) -> tuple[list[float], list[float], int, dict[str, int], int, dict[str, Any]]:
+    import resource
+
     pending = await asyncio.get_running_loop().run_in_executor(None, _warm_up, url, paths)
     stop_at = time.monotonic() + seconds
+    load_start = os.getloadavg()
+    server_start = _tree_cpu_s(server_pid)
+    client_start = resource.getrusage(resource.RUSAGE_THREAD)
     exporting = asyncio.create_task(_keep_exporting(url, paths, stop_at, pending))
     latencies, baseline, errors, statuses = await _load(url, paths, clients, seconds, interval)
+    client_end = resource.getrusage(resource.RUSAGE_THREAD)
+    server_end = _tree_cpu_s(server_pid)
+    load_end = os.getloadavg()
     runs = await exporting
-    return latencies, baseline, errors, statuses, runs
+    client_cpu = (client_end.ru_utime + client_end.ru_stime) - (
+        client_start.ru_utime + client_start.ru_stime
+    )
+    cpu = {
+        "client_cpu_s": round(client_cpu, 2),
+        "api_cpu_s": round(server_end - server_start, 2),
+        "load_average_start": [round(x, 2) for x in load_start],
+        "load_average_end": [round(x, 2) for x in load_end],
+    }
+    return latencies, baseline, errors, statuses, runs, cpu
 
 
 @contextlib.contextmanager

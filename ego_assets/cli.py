@@ -494,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Dagster webserver that launches runs ($EGO_DAGSTER_URL)",
     )
     serve.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("EGO_API_WORKERS", "1")),
+        help="server processes (one refresher process serves them all; $EGO_API_WORKERS)",
+    )
+    serve.add_argument(
         "--hash-token",
         metavar="TOKEN",
         help="print the configuration entry (sha256:...) for TOKEN and exit",
@@ -606,7 +612,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     from ego_assets.api.app import serve_from_env
 
-    serve_from_env(args.host, args.port, args.config, args.dagster_url)
+    serve_from_env(args.host, args.port, args.config, args.dagster_url, args.workers)
     return 0
 
 

@@ -1,24 +1,35 @@
 """The export API and captures page (FastAPI): see docs/api.md for every route.
 
-``create_app(service, config, presigner)`` builds the ASGI app; ``ego-assets serve``
-(`serve`) builds the service from the environment and runs it under uvicorn.
+``create_app(service, config, presigner, store)`` builds the ASGI app over a snapshot
+store (`ego_assets.api.snapshot`); ``ego-assets serve`` (`serve_from_env`) starts the
+refresher process and runs ``--workers`` server processes under uvicorn (uvloop,
+httptools), each building its app from the environment (`app_from_env`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
-import json
 import logging
+import logging.handlers
 import os
+import queue
+import secrets
 import shutil
+import subprocess
+import sys
 import tarfile
 import tempfile
+import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
+import orjson
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
@@ -29,8 +40,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ego_assets.api.config import ApiConfig, Caller, hash_token
 from ego_assets.api.links import LinkSigner, Presigner, is_file
-from ego_assets.api.page import captures_rows, login_page, render_page
+from ego_assets.api.page import PAGE_SIZE, captures_rows, login_page, render_page
 from ego_assets.api.service import ExportService, ExportState
+from ego_assets.api.snapshot import SYNC_S, ServedStates, SnapshotStore
 from ego_assets.catalog.receipts import ExportReceipt, read_receipt
 from ego_assets.defs.exports import EXPORT_ROUTES, ExportTarget, export_target
 from ego_assets.errors import CaptureKeyError
@@ -42,6 +54,11 @@ SESSION_TTL_S = 12 * 3600
 # What the captures page sends with every API call it makes with its session cookie (a
 # cross-site form or image cannot set a header, so a cookie alone never exports).
 PAGE_HEADER = "x-ego-page"
+# Set by `ego-assets serve` for its worker processes (`app_from_env`).
+STATE_DIR_ENV = "EGO_API_STATE_DIR"
+DAGSTER_URL_ENV = "EGO_DAGSTER_URL"
+# Mirror syncs between two hand-overs of the asked-about exports to the refresher.
+WATCH_EVERY = 10
 
 
 class ExportRequest(BaseModel):
@@ -82,13 +99,31 @@ class _Sessions:
 
 
 def create_app(
-    service: ExportService, config: ApiConfig, presigner: Presigner | None = None
+    service: ExportService,
+    config: ApiConfig,
+    presigner: Presigner | None = None,
+    store: SnapshotStore | None = None,
 ) -> FastAPI:
-    """The ASGI app over ``service`` (presigned S3 links when ``presigner`` is given)."""
+    """The ASGI app over ``service`` and the snapshots in ``store`` (a private one in a
+    temporary folder when None); presigned S3 links when ``presigner`` is given."""
+    if store is None:
+        store = SnapshotStore(tempfile.mkdtemp(prefix="ego-api-state-"))
+    service.ask_lock = store.ask_lock
+    served = ServedStates(service, store)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(_keep_synced(served))
+        try:
+            yield
+        finally:
+            task.cancel()
+
     app = FastAPI(
         title="ego_assets export API",
         description="Ask for a capture's export, follow its Dagster run, download the file.",
         version="1",
+        lifespan=lifespan,
     )
     signer = LinkSigner(config.link_secret, config.link_ttl_s)
     sessions = _Sessions(config.link_secret)
@@ -135,8 +170,7 @@ def create_app(
     def answer(state: ExportState, status_code: int = 200) -> Response:
         now = time.monotonic()
         if state.rendered is None or now - state.rendered[0] > reuse_s:
-            body = json.dumps(state.to_json(download_url), separators=(",", ":")).encode()
-            state.rendered = (now, body)
+            state.rendered = (now, orjson.dumps(state.to_json(download_url)))
         return Response(state.rendered[1], status_code, media_type="application/json")
 
     async def known(target: ExportTarget) -> None:
@@ -153,10 +187,10 @@ def create_app(
             async def get_export(captureId: str, request: Request) -> Response:
                 caller = authorize(request)
                 target = target_for(caller, captureId, fmt)
-                state = service.cached_state(target)
+                state = served.cached(target)
                 if state is None:
                     await known(target)
-                    state = await run_in_threadpool(service.state, target)
+                    state = await run_in_threadpool(served.load, target)
                 return answer(state)
 
             body_schema = {"content": {"application/json": {"schema": model.model_json_schema()}}}
@@ -179,7 +213,7 @@ def create_app(
                 if isinstance(ask, Hdf5ExportRequest):
                     options["decode_frames"] = ask.decodeFrames
                 queued, state = await run_in_threadpool(
-                    lambda: service.request(target, force=ask.force, options=options)
+                    lambda: served.ask(target, force=ask.force, options=options)
                 )
                 return answer(state, 202 if queued else 200)
 
@@ -231,14 +265,33 @@ def create_app(
         if caller is None:
             return RedirectResponse("/login", status_code=303)
         request.state.caller = caller
-        rows = await run_in_threadpool(captures_rows, service, config, caller, download_url)
-        return HTMLResponse(render_page(caller, rows))
+        after = request.query_params.get("after") or None
+        rows, next_after = await run_in_threadpool(
+            captures_rows, served, config, caller, download_url, after, PAGE_SIZE
+        )
+        next_url = f"/captures?after={quote(next_after)}" if next_after else None
+        return HTMLResponse(render_page(caller, rows, next_url))
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     return app
+
+
+async def _keep_synced(served: ServedStates) -> None:
+    """The worker's mirror synced every `SYNC_S` (one indexed query on the loop); the
+    exports asked about handed to the refresher every `WATCH_EVERY` syncs (off the loop)."""
+    rounds = 0
+    while True:
+        try:
+            served.mirror.sync()
+            rounds += 1
+            if rounds % WATCH_EVERY == 0:
+                await asyncio.to_thread(served.mirror.flush_watched)
+        except Exception as exc:  # the snapshot file is busy or gone: try again
+            logging.getLogger(__name__).warning("snapshot sync failed: %s", exc)
+        await asyncio.sleep(SYNC_S)
 
 
 class AccessLog:
@@ -306,23 +359,85 @@ def _send(service: ExportService, receipt: ExportReceipt) -> Response:
     )
 
 
-def serve_from_env(host: str, port: int, config_path: str | None, dagster_url: str) -> None:
-    """Build the service from ``EGO_DATA_DIR``/``DAGSTER_HOME``/the config and serve it."""
+def serve_from_env(
+    host: str, port: int, config_path: str | None, dagster_url: str, workers: int = 1
+) -> None:
+    """Serve the API: the refresher process plus ``workers`` uvicorn server processes.
+
+    The workers and the refresher share a state folder (``$EGO_API_STATE_DIR``, else a
+    temporary one removed on exit); a link secret is made once here when none is
+    configured, so every worker signs and checks links and sessions with the same key.
+    """
     import uvicorn
 
-    app = build_app_from_env(config_path, dagster_url)
-    uvicorn.run(app, host=host, port=port, access_log=False, log_level="info")
+    from ego_assets.api.config import load_config
+
+    config = load_config(config_path)  # fail here, before any process starts
+    own_state = not os.environ.get(STATE_DIR_ENV)
+    state_dir = os.environ.get(STATE_DIR_ENV) or tempfile.mkdtemp(prefix="ego-api-state-")
+    os.environ[STATE_DIR_ENV] = state_dir
+    os.environ[DAGSTER_URL_ENV] = dagster_url
+    if config_path:
+        os.environ["EGO_API_CONFIG"] = str(Path(config_path).resolve())
+    if not os.environ.get(config.secret_env):
+        os.environ[config.secret_env] = secrets.token_hex(32)
+    SnapshotStore(state_dir)  # the schema, before any process opens it
+    _log_to_stderr()
+    refresher = _Supervised([sys.executable, "-m", "ego_assets.api.refresher", state_dir])
+    try:
+        uvicorn.run(
+            "ego_assets.api.app:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            loop="uvloop",
+            http="httptools",
+            access_log=False,
+            log_level="info",
+        )
+    finally:
+        refresher.stop()
+        if own_state:
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
-def build_app_from_env(config_path: str | None, dagster_url: str) -> FastAPI:
+class _Supervised:
+    """A child process, started again whenever it exits until `stop`."""
+
+    def __init__(self, args: list[str]) -> None:
+        self._args = args
+        self._stopping = threading.Event()
+        self._process = subprocess.Popen(args)
+        self._thread = threading.Thread(target=self._watch, name="ego-api-supervisor", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stopping.is_set():
+            code = self._process.wait()
+            if self._stopping.wait(1.0):
+                return
+            logging.getLogger(__name__).warning("refresher exited (%s): started again", code)
+            self._process = subprocess.Popen(self._args)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._process.terminate()
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+
+
+def service_from_env(dagster_url: str | None) -> ExportService:
+    """The export service over ``DAGSTER_HOME`` and ``EGO_DATA_DIR`` (launching through
+    the webserver at ``dagster_url``; None: a service that only reads)."""
     import dagster as dg
 
-    from ego_assets.api.config import load_config
     from ego_assets.api.service import GraphQLLauncher
     from ego_assets.defs.exports import exporter_code_versions
     from ego_assets.defs.resources import StorageResource
 
-    config = load_config(config_path)
     storage = StorageResource(
         root=os.environ.get("EGO_DATA_DIR", "data"),
         landing=os.environ.get("EGO_LANDING_DIR") or None,
@@ -331,20 +446,42 @@ def build_app_from_env(config_path: str | None, dagster_url: str) -> FastAPI:
     service = ExportService(
         instance=dg.DagsterInstance.get(),
         storage=storage,
-        launcher=GraphQLLauncher(dagster_url),
+        launcher=GraphQLLauncher(dagster_url) if dagster_url else None,
         code_versions=exporter_code_versions(),
     )
+    return service
+
+
+def app_from_env() -> FastAPI:
+    """A server worker's app (uvicorn factory): configuration, state folder and the
+    webserver's URL from the environment `serve_from_env` set."""
+    from ego_assets.api.config import load_config
+
+    config = load_config(None)
+    service = service_from_env(os.environ.get(DAGSTER_URL_ENV, "http://127.0.0.1:3000"))
+    storage = service.storage
     presigner = None if storage.is_local else Presigner(storage, config.link_ttl_s)
     _log_to_stderr()
-    return create_app(service, config, presigner)
+    return create_app(service, config, presigner, SnapshotStore(os.environ[STATE_DIR_ENV]))
+
+
+_logging_set_up = False
 
 
 def _log_to_stderr() -> None:
-    """The API's own loggers on stderr (uvicorn configures only its own)."""
+    """The API's own loggers on stderr through a queue (uvicorn configures only its own):
+    a request's log line is formatted on the loop and written by a listener thread."""
+    global _logging_set_up
+    if _logging_set_up:
+        return
+    _logging_set_up = True
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(records, handler)
+    listener.start()
     for name in ("ego_assets.api", access_log.name):
         logger = logging.getLogger(name)
         logger.setLevel(logging.INFO)
-        logger.addHandler(handler)
+        logger.addHandler(logging.handlers.QueueHandler(records))
         logger.propagate = False

@@ -68,6 +68,8 @@ class ApiConfig:
     link_ttl_s: int = DEFAULT_LINK_TTL_S
     source: str = "<memory>"
     extra: dict[str, Any] = field(default_factory=dict)
+    # the environment variable the link/session key was read from
+    secret_env: str = DEFAULT_LINK_SECRET_ENV
 
     def caller(self, token: str) -> Caller | None:
         """The caller holding ``token`` (None for an unknown token)."""
@@ -119,7 +121,7 @@ def parse_config(
     # Without a configured secret, links are signed with a per-process key (valid until
     # the server restarts; set the variable when several replicas serve one deployment).
     secret = secret_text.encode() if secret_text else secrets.token_bytes(32)
-    return ApiConfig(organizations, tokens, secret, ttl, source)
+    return ApiConfig(organizations, tokens, secret, ttl, source, secret_env=secret_env)
 
 
 def load_config(path: str | Path | None = None) -> ApiConfig:

@@ -1,6 +1,8 @@
 """The captures page: server-rendered HTML and a little JavaScript (no build step).
 
-One row per capture of the caller's organization: kind, duration, quality status and
+One row per capture of the caller's organization, `PAGE_SIZE` registered captures per
+page (``/captures?after=<cursor>``: the platform's `page_captures`, one bounded query
+whatever the number of captures): kind, duration, quality status and
 export gate, and one cell per export with its state, a button that asks the API for it
 (``POST``), a progress bar that follows the run (``GET`` every 0.5 s) and, once ready,
 the download link, which the page also opens. A stale artefact is marked ``stale``.
@@ -14,25 +16,30 @@ from collections.abc import Callable
 from typing import Any
 
 from ego_assets.api.config import ApiConfig, Caller
-from ego_assets.api.service import ExportService
+from ego_assets.api.snapshot import ServedStates
 from ego_assets.catalog.receipts import ExportReceipt
 from ego_assets.defs.exports import EXPORT_ROUTES, export_target
 from ego_assets.pipeline import stored_gate
 from ego_assets.trajectory.store import CAPTURE_JSON
 
+PAGE_SIZE = 100  # registered captures per page
 LABELS = {"holos_hdf5": "HDF5", "ceres_episode": "LeRobot", "egosmith_shards": "WebDataset"}
 
 
 def captures_rows(
-    service: ExportService,
+    served: ServedStates,
     config: ApiConfig,
     caller: Caller,
     download_url: Callable[[ExportReceipt], str],
-) -> list[dict[str, Any]]:
-    """The page's rows: every capture the caller's organization owns, sorted by id."""
+    after: str | None = None,
+    limit: int = PAGE_SIZE,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page's rows (the captures of the caller's organization among ``limit``
+    registered ones after cursor ``after``, in registration order) and the next cursor."""
     rows = []
-    storage = service.storage
-    for key in sorted(k for k in service.capture_ids() if config.owns(caller, k)):
+    storage = served.service.storage
+    keys, next_after = served.service.capture_page(after, limit)
+    for key in (k for k in keys if config.owns(caller, k)):
         row: dict[str, Any] = {"id": key, "kind": "", "duration": None, "quality": "", "gate": ""}
         header = storage.stage_path("trajectory", key) / CAPTURE_JSON
         if header.exists():
@@ -43,12 +50,14 @@ def captures_rows(
         if gate is not None:
             row["quality"], row["gate"] = gate.status, gate.verdict
             row["reasons"] = list(gate.reasons)
-        row["exports"] = {
-            fmt: service.state(export_target(key, fmt)).to_json(download_url)
-            for fmt in EXPORT_ROUTES
-        }
+        exports = {}
+        for fmt in EXPORT_ROUTES:
+            target = export_target(key, fmt)
+            state = served.cached(target) or served.load(target)
+            exports[fmt] = state.to_json(download_url)
+        row["exports"] = exports
         rows.append(row)
-    return rows
+    return rows, next_after
 
 
 def _cell(key: str, fmt: str, state: dict[str, Any]) -> str:
@@ -62,7 +71,7 @@ def _cell(key: str, fmt: str, state: dict[str, Any]) -> str:
     )
 
 
-def render_page(caller: Caller, rows: list[dict[str, Any]]) -> str:
+def render_page(caller: Caller, rows: list[dict[str, Any]], next_url: str | None = None) -> str:
     head = "".join(f"<th>{LABELS[f]}</th>" for f in EXPORT_ROUTES)
     body = []
     for row in rows:
@@ -76,10 +85,16 @@ def render_page(caller: Caller, rows: list[dict[str, Any]]) -> str:
             f'</td><td class="gate {html.escape(row["gate"])}" title="{reasons}">'
             f"{html.escape(row['gate'])}</td>{cells}</tr>"
         )
+    more = (
+        f'<p><a id="next-page" href="{html.escape(next_url, quote=True)}">next page</a></p>'
+        if next_url
+        else ""
+    )
     return PAGE.format(
         org=html.escape(caller.organization),
         head=head,
-        rows="".join(body) or '<tr><td colspan="8">no captures yet</td></tr>',
+        rows="".join(body) or '<tr><td colspan="8">no captures on this page</td></tr>',
+        more=more,
     )
 
 
@@ -165,6 +180,6 @@ PAGE = (
     "<style>" + STYLE.replace("{", "{{").replace("}", "}}") + "</style></head><body>"
     "<h1>Captures of {org}</h1><table id='captures'><thead><tr><th>capture</th><th>kind</th>"
     "<th>duration</th><th>quality</th><th>gate</th>{head}</tr></thead><tbody>{rows}"
-    "</tbody></table><script>" + SCRIPT.replace("{", "{{").replace("}", "}}") + "</script>"
+    "</tbody></table>{more}<script>" + SCRIPT.replace("{", "{{").replace("}", "}}") + "</script>"
     "</body></html>"
 )

@@ -24,20 +24,19 @@ status         when
                an export (the gate blocks the episode: ``error`` holds its reasons)
 =============  ==============================================================
 
-GET answers come from a per-export cache: an entry older than `CACHE_TTL_S` seconds is
-still answered while one background thread reads the new state (one run row and two or
-three small objects), so polls never wait for that I/O after the first read; a POST
-reads afresh under the export's lock and clears the entry.
+`read` reads one state (one run row and two or three small objects). The serving
+processes do not call it per GET: the refresher process does, and writes snapshots the
+servers answer from (`ego_assets.api.snapshot`); a POST reads afresh under the export's
+ask lock, which holds across processes when the snapshot store provides it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
-import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,14 +51,13 @@ from ego_assets.defs.exports import (
     PROGRESS_TAG,
     ExportTarget,
 )
-from ego_assets.defs.partitions import all_sets, partition_for_capture
+from ego_assets.defs.partitions import all_sets, page_captures, partition_for_capture
 from ego_assets.pipeline import expected_gate_version, quality_version, stored_gate
 from ego_assets.quality.gate import ExportBlockedError, require_gate
 from ego_assets.storage import Storage
 
 log = logging.getLogger(__name__)
 
-CACHE_TTL_S = 1.0
 QUEUED = {DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING}
 RUNNING = {DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING, DagsterRunStatus.MANAGED}
 FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
@@ -146,35 +144,35 @@ class ExportState:
         }
 
 
-@dataclass
-class _Cached:
-    at: float
-    state: ExportState
+AskLock = Callable[[ExportTarget], contextlib.AbstractContextManager[None]]
 
 
 @dataclass
 class ExportService:
-    """Export states from the instance and the storage; export runs through ``launcher``."""
+    """Export states from the instance and the storage; export runs through ``launcher``.
+
+    ``ask_lock`` serializes the asks for one export (default: a lock of this process;
+    `SnapshotStore.ask_lock` holds across processes).
+    """
 
     instance: dg.DagsterInstance
     storage: Storage
-    launcher: Launcher
+    launcher: Launcher | None
     code_versions: Mapping[str, str]
-    cache_ttl_s: float = CACHE_TTL_S
-    _cache: dict[tuple[str, str], _Cached] = field(default_factory=dict)
+    ask_lock: AskLock | None = None
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
     _errors: dict[str, str] = field(default_factory=dict)
     _quality_code: str = field(default_factory=quality_version)
     _known: set[str] = field(default_factory=set)
-    _refreshing: set[tuple[str, str]] = field(default_factory=set)
-    _pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(4, thread_name_prefix="ego-api-refresh")
-    )
 
-    def _lock(self, key: tuple[str, str]) -> threading.Lock:
+    @contextlib.contextmanager
+    def _asking(self, target: ExportTarget) -> Iterator[None]:
+        key = (target.capture_id, target.format)
         with self._locks_guard:
-            return self._locks.setdefault(key, threading.Lock())
+            local = self._locks.setdefault(key, threading.Lock())
+        with local, self.ask_lock(target) if self.ask_lock else contextlib.nullcontext():
+            yield
 
     def capture_exists(self, capture_id: str) -> bool:
         """Whether the capture is a partition (a yes is remembered: captures stay)."""
@@ -186,61 +184,26 @@ class ExportService:
             self._known.add(capture_id)
         return found
 
-    def capture_ids(self) -> list[str]:
-        return [
-            key
-            for capture_set in all_sets()
-            for key in self.instance.get_dynamic_partitions(capture_set.partitions_name)
-        ]
+    def capture_page(self, after: str | None, limit: int) -> tuple[list[str], str | None]:
+        """One page of registered captures after cursor ``after`` and the next cursor.
+
+        The captures of every partition set, set after set (a page holds one set's:
+        `page_captures`); the cursor is ``<set index>:<the set's cursor>``. Raises
+        ValueError for a cursor that is not one.
+        """
+        sets = all_sets()
+        index, inner = 0, None
+        if after:
+            head, sep, rest = after.partition(":")
+            if not (sep and head.isdigit() and int(head) < len(sets)):
+                raise ValueError(f"not a captures page cursor: {after!r}")
+            index, inner = int(head), rest or None
+        keys, next_inner = page_captures(self.instance, inner, limit, sets[index])
+        if next_inner is not None:
+            return keys, f"{index}:{next_inner}"
+        return keys, f"{index + 1}:" if index + 1 < len(sets) else None
 
     # -- reading ------------------------------------------------------------------------
-
-    def cached_state(self, target: ExportTarget) -> ExportState | None:
-        """The last state read, refreshed in the background once older than `cache_ttl_s`.
-
-        No I/O here (the event loop calls it): a stale entry is answered as it is while
-        one background thread reads the new state, so a poll never waits for Postgres or
-        S3 once the export has been read once. None before the first read.
-        """
-        key = (target.capture_id, target.format)
-        cached = self._cache.get(key)
-        if cached is None:
-            return None
-        if time.monotonic() - cached.at >= self.cache_ttl_s:
-            self._refresh_soon(target)
-        return cached.state
-
-    def _refresh_soon(self, target: ExportTarget) -> None:
-        key = (target.capture_id, target.format)
-        with self._locks_guard:
-            if key in self._refreshing:
-                return
-            self._refreshing.add(key)
-
-        def refresh() -> None:
-            try:
-                self.state(target)
-            except Exception as exc:  # the next poll tries again
-                log.warning("export %s/%s: refresh failed: %s", *key[::-1], exc)
-            finally:
-                with self._locks_guard:
-                    self._refreshing.discard(key)
-
-        self._pool.submit(refresh)
-
-    def state(self, target: ExportTarget) -> ExportState:
-        """The export's state, at most `cache_ttl_s` old (one read at a time per export)."""
-        key = (target.capture_id, target.format)
-        cached = self._cache.get(key)
-        if cached is not None and time.monotonic() - cached.at < self.cache_ttl_s:
-            return cached.state
-        with self._lock(key):
-            cached = self._cache.get(key)
-            if cached is not None and time.monotonic() - cached.at < self.cache_ttl_s:
-                return cached.state
-            state = self._read(target)
-            self._cache[key] = _Cached(time.monotonic(), state)
-            return state
 
     def _latest_run(self, target: ExportTarget) -> RunRecord | None:
         records = self.instance.get_run_records(
@@ -251,7 +214,8 @@ class ExportService:
         )
         return records[0] if records else None
 
-    def _read(self, target: ExportTarget) -> ExportState:
+    def read(self, target: ExportTarget) -> ExportState:
+        """The export's state now (the run storage and the storage, no cache)."""
         record = self._latest_run(target)
         receipt = read_receipt(self.storage, target.format, target.partition_key)
         artifact = self._artifact(receipt) if receipt is not None else None
@@ -350,11 +314,9 @@ class ExportService:
         An open run is returned as it is (never a second one for the same export); a
         current artefact is returned unless ``force``; otherwise one run is launched.
         """
-        key = (target.capture_id, target.format)
         options = dict(options or {})
-        with self._lock(key):
-            self._cache.pop(key, None)
-            state = self._read(target)
+        with self._asking(target):
+            state = self.read(target)
             if state.status in ("queued", "in_progress"):
                 return False, state
             artifact = state.artifact
@@ -362,12 +324,13 @@ class ExportService:
             if not force and artifact is not None and artifact.current and matches:
                 state.status, state.error = "ready", None
                 return False, state
+            if self.launcher is None:
+                raise RuntimeError("this export service cannot launch runs (no launcher)")
             config = {**options, "force": force}
             run_id = self.launcher.launch(target, {"ops": {target.format: {"config": config}}})
             log.info("export %s/%s: run %s launched", target.format, target.capture_id, run_id)
             queued = ExportState(target.capture_id, target.format, "queued", run_id=run_id)
             queued.phase, queued.artifact = WAITING_PHASE, artifact
-            self._cache.pop(key, None)
             return True, queued
 
     def _options_match(self, target: ExportTarget, options: Mapping[str, Any]) -> bool:

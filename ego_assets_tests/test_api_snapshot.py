@@ -1,0 +1,212 @@
+"""The export API's snapshots: the refresher process's loop, the server workers' mirror,
+the staleness bound and the cross-process ask lock (docs/api.md, "Where the answers come
+from"). A local SQLite Dagster instance stands in for the deployment's (runs are added
+and moved through their states by hand); the HTTP end to end is test_api.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from dagster._core.events import DagsterEvent, DagsterEventType
+from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+
+from ego_assets.api.service import ExportService
+from ego_assets.api.snapshot import (
+    REVALIDATE_S,
+    SYNC_S,
+    TICK_S,
+    Mirror,
+    Refresher,
+    ServedStates,
+    SnapshotStore,
+)
+from ego_assets.catalog.receipts import ExportReceipt, write_receipt
+from ego_assets.defs.exports import (
+    EXPORT_TAG,
+    PARTITION_TAG,
+    PHASE_TAG,
+    PROGRESS_TAG,
+    ExportTarget,
+    export_target,
+)
+from ego_assets.storage import Storage
+
+KEY = "snap-0001"
+FMT = "holos_hdf5"
+
+
+def _service(home: Path, data: Path, launcher: Any = None) -> ExportService:
+    instance = dg.DagsterInstance.from_config(str(home))
+    return ExportService(instance, Storage(data), launcher, code_versions={FMT: "1"})
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[ExportService, SnapshotStore, Path, Path]:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    data = tmp_path / "data"
+    service = _service(home, data)
+    return service, SnapshotStore(tmp_path / "state"), home, data
+
+
+def _add_run(instance: dg.DagsterInstance, target: ExportTarget) -> str:
+    run_id = str(uuid.uuid4())
+    instance.add_run(
+        DagsterRun(
+            job_name=target.job_name,
+            run_id=run_id,
+            status=DagsterRunStatus.NOT_STARTED,  # queued as the API sees it
+            tags={EXPORT_TAG: target.format, PARTITION_TAG: target.partition_key},
+        )
+    )
+    return run_id
+
+
+def _event(instance: dg.DagsterInstance, run_id: str, kind: DagsterEventType) -> None:
+    instance.run_storage.handle_run_event(
+        run_id, DagsterEvent(kind.value, job_name=export_target(KEY, FMT).job_name)
+    )
+
+
+def _receipt(key: str) -> ExportReceipt:
+    return ExportReceipt(
+        capture_key=key,
+        format=FMT,
+        path=f"exports/holos_hdf5/{key}.h5",
+        bytes=10,
+        files=1,
+        sha256="b" * 64,
+        code_version="1",
+        input_data_version="v1",
+        exported_at=dt.datetime.now(dt.UTC).isoformat(),
+    )
+
+
+def test_status_transitions_reach_the_mirror_through_the_refresher(setup: Any) -> None:
+    service, store, _, _ = setup
+    target = export_target(KEY, FMT)
+    served = ServedStates(service, store)
+    # the first GET reads the state itself, shares it and has the refresher watch it
+    assert served.load(target).status == "none"
+    refresher = Refresher(service, store, revalidate_s=3600)
+    worker = Mirror(store)  # another server worker
+    assert refresher.tick() == 0  # nothing changed, nothing due: no read at all
+
+    def seen() -> Any:
+        refresher.tick()
+        worker.sync()
+        return worker.get(target)
+
+    run_id = _add_run(service.instance, target)
+    state = seen()
+    assert (state.status, state.run_id, state.phase) == ("queued", run_id, "waiting for a worker")
+    _event(service.instance, run_id, DagsterEventType.RUN_START)
+    service.instance.add_run_tags(run_id, {PROGRESS_TAG: "0.420", PHASE_TAG: "write"})
+    state = seen()
+    assert (state.status, state.progress, state.phase) == ("in_progress", 0.42, "write")
+    service.instance.add_run_tags(run_id, {PROGRESS_TAG: "0.700"})
+    assert seen().progress == 0.7  # a progress tag alone bumps the run's update time
+    _event(service.instance, run_id, DagsterEventType.RUN_FAILURE)
+    state = seen()
+    assert state.status == "failed" and state.error == f"export run {run_id} failed"
+    assert refresher.tick() == 0  # the failed run is handled: no re-read
+    # an unwatched capture's run is not read at all
+    _add_run(service.instance, export_target("snap-other", FMT))
+    assert refresher.tick() == 0
+
+
+def test_a_get_is_at_most_about_a_second_stale(setup: Any) -> None:
+    service, store, _, _ = setup
+    target = export_target(KEY, FMT)
+    ServedStates(service, store).load(target)
+    worker = Mirror(store)
+    stop = threading.Event()
+    thread = threading.Thread(target=Refresher(service, store).run, args=(stop,))
+    thread.start()
+    try:
+
+        def wait_for(status: str, limit_s: float) -> float:
+            started = time.monotonic()
+            while time.monotonic() - started < limit_s + 2.0:
+                worker.sync()
+                state = worker.get(target)
+                if state is not None and state.status == status:
+                    return time.monotonic() - started
+                time.sleep(SYNC_S)
+            pytest.fail(f"{status} not seen within {limit_s + 2.0} s")
+
+        # a run's change: one refresher round, one sync and a read
+        run_id = _add_run(service.instance, target)
+        assert wait_for("queued", 1.0) <= TICK_S + SYNC_S + 0.7
+        assert worker.refresher_alive()
+        # a change in storage alone (a receipt written after the cancelled run, no run
+        # update): seen at the next revalidation
+        _event(service.instance, run_id, DagsterEventType.RUN_CANCELED)
+        wait_for("failed", 1.0)
+        write_receipt(service.storage, _receipt(KEY))
+        assert wait_for("ready", 2.0) <= REVALIDATE_S + TICK_S + SYNC_S + 0.7
+        state = worker.get(target)
+        assert state is not None and state.artifact is not None
+        assert state.artifact.current is False  # no raw copy: not current
+    finally:
+        stop.set()
+        thread.join(10)
+    # the refresher is silent now: after HEARTBEAT_MAX_S the worker no longer answers
+    # from the mirror (its caller reads the state itself)
+    assert worker.refresher_alive(now=time.time() + 10) is False
+
+
+def test_a_silent_refresher_makes_workers_read_again(setup: Any) -> None:
+    service, store, _, _ = setup
+    target = export_target(KEY, FMT)
+    served = ServedStates(service, store)
+    served.mirror.sync()  # no heartbeat yet
+    assert served.cached(target) is None
+    served.load(target)
+    assert served.cached(target) is not None  # its own read, for REVALIDATE_S
+    served.mirror._own_reads[(KEY, FMT)] -= REVALIDATE_S
+    assert served.cached(target) is None
+
+
+class _SlowLauncher:
+    """Adds a queued run after a pause (the GraphQL launch's time), as Dagster would."""
+
+    def __init__(self, home: str) -> None:
+        self.home = home
+
+    def launch(self, target: ExportTarget, run_config: dict[str, Any]) -> str:
+        time.sleep(0.5)
+        instance = dg.DagsterInstance.from_config(self.home)
+        return _add_run(instance, target)
+
+
+def _ask_in_a_worker(args: tuple[str, str, str, float]) -> tuple[bool, str | None]:
+    home, data, state_dir, start_at = args
+    service = _service(Path(home), Path(data), _SlowLauncher(home))
+    store = SnapshotStore(state_dir)
+    service.ask_lock = store.ask_lock
+    served = ServedStates(service, store)
+    time.sleep(max(0.0, start_at - time.time()))
+    queued, state = served.ask(export_target(KEY, FMT), force=False, options={})
+    return queued, state.run_id
+
+
+def test_two_worker_processes_asked_at_once_launch_one_run(setup: Any) -> None:
+    service, store, home, data = setup
+    start_at = time.time() + 8.0  # both workers imported and ready by then
+    args = (str(home), str(data), str(store.folder), start_at)
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        answers = pool.map(_ask_in_a_worker, [args, args])
+    assert sorted(queued for queued, _ in answers) == [False, True]
+    assert len({run_id for _, run_id in answers}) == 1
+    runs = service.instance.get_runs()
+    assert [r.run_id for r in runs] == [answers[0][1]]
