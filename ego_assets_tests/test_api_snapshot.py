@@ -210,3 +210,31 @@ def test_two_worker_processes_asked_at_once_launch_one_run(setup: Any) -> None:
     assert len({run_id for _, run_id in answers}) == 1
     runs = service.instance.get_runs()
     assert [r.run_id for r in runs] == [answers[0][1]]
+
+
+def test_the_captures_page_is_paged_by_cursor(setup: Any) -> None:
+    from ego_assets.api.config import Caller, hash_token, parse_config
+    from ego_assets.api.page import captures_rows, render_page
+    from ego_assets.defs.partitions import register_captures
+
+    service, store, _, _ = setup
+    keys = [f"snap-{i:04d}" for i in range(12)]
+    register_captures(service.instance, [*keys[:5], "other-0001", *keys[5:]])
+    config = parse_config(
+        {"organizations": {"snap": {"captures": ["snap-*"], "tokens": {"t": hash_token("x")}}}},
+        environ={"EGO_API_LINK_SECRET": "k"},
+    )
+    caller = Caller("t", "snap")
+    served = ServedStates(service, store)
+    first, after = captures_rows(served, config, caller, lambda r: "", None, limit=8)
+    # 8 registered captures, one of them another organization's: 7 rows
+    assert [row["id"] for row in first] == keys[:7] and after is not None
+    assert all(row["exports"][FMT]["status"] == "none" for row in first)
+    second, last = captures_rows(served, config, caller, lambda r: "", after, limit=8)
+    assert [row["id"] for row in second] == keys[7:] and last is None
+    page = render_page(caller, first, f"/captures?after={after}")
+    assert f'href="/captures?after={after}"' in page and "snap-0006" in page
+    assert "next-page" not in render_page(caller, second, None)
+    # every cell read once is shared through the snapshot, and watched by the refresher
+    assert len(store.changed_since(0)) == 3 * len(keys)
+    assert len(store.due(time.time() + 10, 1.0, 60.0)) == 3 * len(keys)
