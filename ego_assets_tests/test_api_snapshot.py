@@ -238,3 +238,24 @@ def test_the_captures_page_is_paged_by_cursor(setup: Any) -> None:
     # every cell read once is shared through the snapshot, and watched by the refresher
     assert len(store.changed_since(0)) == 3 * len(keys)
     assert len(store.due(time.time() + 10, 1.0, 60.0)) == 3 * len(keys)
+
+
+def test_captures_pages_walk_every_capture_set(setup: Any, monkeypatch: Any) -> None:
+    from ego_assets.defs.partitions import register_captures
+
+    monkeypatch.setenv("EGO_CAPTURE_SETS", "3")
+    monkeypatch.setattr("ego_assets.defs.partitions.configured_sets", lambda: 3)  # cached
+    service, _, _, _ = setup
+    keys = [f"snap-{i:04d}" for i in range(20)]
+    register_captures(service.instance, keys, sets=3)
+    seen: list[str] = []
+    after: str | None = None
+    for _ in range(20):
+        page, after = service.capture_page(after, 4)
+        assert len(page) <= 4
+        seen += page
+        if after is None:
+            break
+    assert sorted(seen) == keys  # each capture once, whichever set it is in
+    with pytest.raises(ValueError, match="cursor"):
+        service.capture_page("7:abc", 4)

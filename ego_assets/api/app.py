@@ -266,9 +266,12 @@ def create_app(
             return RedirectResponse("/login", status_code=303)
         request.state.caller = caller
         after = request.query_params.get("after") or None
-        rows, next_after = await run_in_threadpool(
-            captures_rows, served, config, caller, download_url, after, PAGE_SIZE
-        )
+        try:
+            rows, next_after = await run_in_threadpool(
+                captures_rows, served, config, caller, download_url, after, PAGE_SIZE
+            )
+        except ValueError as exc:  # not a page cursor
+            raise HTTPException(422, str(exc)) from exc
         next_url = f"/captures?after={quote(next_after)}" if next_after else None
         return HTMLResponse(render_page(caller, rows, next_url))
 
