@@ -259,3 +259,71 @@ def test_captures_pages_walk_every_capture_set(setup: Any, monkeypatch: Any) -> 
     assert sorted(seen) == keys  # each capture once, whichever set it is in
     with pytest.raises(ValueError, match="cursor"):
         service.capture_page("7:abc", 4)
+
+
+def _asgi_get(app: Any, path: str, token: str | None) -> tuple[int, bytes]:
+    import asyncio
+
+    headers = [(b"host", b"test")]
+    if token:
+        headers.append((b"authorization", f"Bearer {token}".encode()))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_polls_answered_from_the_mirror_match_the_route(
+    setup: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import json
+
+    from ego_assets.api.app import create_app
+    from ego_assets.api.config import hash_token, parse_config
+    from ego_assets.defs.partitions import register_captures
+
+    service, store, _, _ = setup
+    register_captures(service.instance, [KEY])
+    config = parse_config(
+        {
+            "organizations": {
+                "snap": {"captures": ["snap-*"], "tokens": {"snap-ci": hash_token("tok")}},
+                "other": {"captures": ["other-*"], "tokens": {"o": hash_token("tok2")}},
+            }
+        },
+        environ={"EGO_API_LINK_SECRET": "k"},
+    )
+    app = create_app(service, config, None, store)
+    path = f"/captures/{KEY}/export-hdf5"
+    caplog.set_level("INFO", logger="ego_assets.api.access")
+    first = _asgi_get(app, path, "tok")  # the route: reads the state, shares it
+    second = _asgi_get(app, path, "tok")  # the mirror
+    assert first == second and first[0] == 200
+    assert json.loads(first[1])["status"] == "none"
+    assert caplog.text.count(f"GET {path} 200 token=snap-ci") == 2
+    # everything the fast path does not answer goes to the routes, as before
+    assert _asgi_get(app, path, None)[0] == 401
+    assert _asgi_get(app, path, "nope")[0] == 401
+    assert _asgi_get(app, path, "tok2")[0] == 404
+    assert _asgi_get(app, "/captures/snap..x/export-hdf5", "tok")[0] == 422
+    assert _asgi_get(app, "/captures/snap-9999/export-hdf5", "tok")[0] == 404

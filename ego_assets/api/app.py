@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -57,6 +57,8 @@ PAGE_HEADER = "x-ego-page"
 # Set by `ego-assets serve` for its worker processes (`app_from_env`).
 STATE_DIR_ENV = "EGO_API_STATE_DIR"
 DAGSTER_URL_ENV = "EGO_DAGSTER_URL"
+# Remembered tokens and (organization, capture, format) look-ups of the GET fast path.
+FAST_CACHE_SIZE = 10_000
 # Mirror syncs between two hand-overs of the asked-about exports to the refresher.
 WATCH_EVERY = 10
 
@@ -138,8 +140,6 @@ def create_app(
             return config.tokens.get(f"sha256:{digest}") if digest else None
         return None
 
-    app.add_middleware(AccessLog)
-
     def authorize(request: Request) -> Caller:
         caller = caller_of(request)
         if caller is None:
@@ -167,11 +167,54 @@ def create_app(
     # far shorter than the links' lifetime, so a link handed out is always long valid.
     reuse_s = min(60.0, config.link_ttl_s / 10)
 
-    def answer(state: ExportState, status_code: int = 200) -> Response:
+    def rendered(state: ExportState) -> bytes:
         now = time.monotonic()
         if state.rendered is None or now - state.rendered[0] > reuse_s:
             state.rendered = (now, orjson.dumps(state.to_json(download_url)))
-        return Response(state.rendered[1], status_code, media_type="application/json")
+        return state.rendered[1]
+
+    def answer(state: ExportState, status_code: int = 200) -> Response:
+        return Response(rendered(state), status_code, media_type="application/json")
+
+    # The polls' fast path (`FastGets`): what the GET route answers for a state in the
+    # mirror, without the router, validation and dependency machinery. Tokens and
+    # (organization, capture, format) look-ups are remembered (bounded).
+    formats_by_route = {route: fmt for fmt, route in EXPORT_ROUTES.items()}
+    callers: dict[bytes, Caller | None] = {}
+    targets: dict[tuple[str, str, str], ExportTarget | None] = {}
+
+    def fast_get(scope: Scope) -> tuple[Caller, bytes] | None:
+        parts = scope["path"].split("/")
+        if scope["method"] != "GET" or len(parts) != 4 or parts[1] != "captures":
+            return None
+        fmt = formats_by_route.get(parts[3])
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        if fmt is None or header[:7].lower() != b"bearer ":
+            return None
+        if header not in callers:
+            if len(callers) >= FAST_CACHE_SIZE:
+                callers.clear()
+            callers[header] = config.caller(header[7:].decode("latin-1").strip())
+        caller = callers[header]
+        if caller is None:
+            return None  # the route answers 401
+        key = (caller.organization, parts[2], fmt)
+        if key not in targets:
+            if len(targets) >= FAST_CACHE_SIZE:
+                targets.clear()
+            try:
+                target: ExportTarget | None = export_target(parts[2], fmt)
+            except CaptureKeyError:
+                target = None  # the route answers 422
+            if target is not None and not config.owns(caller, target.capture_id):
+                target = None  # the route answers 404
+            targets[key] = target
+        found = targets[key]
+        state = served.cached(found) if found is not None else None
+        return None if state is None else (caller, rendered(state))
+
+    app.add_middleware(FastGets, lookup=fast_get)
+    app.add_middleware(AccessLog)  # outside FastGets: every request is logged
 
     async def known(target: ExportTarget) -> None:
         if not await run_in_threadpool(service.capture_exists, target.capture_id):
@@ -295,6 +338,27 @@ async def _keep_synced(served: ServedStates) -> None:
         except Exception as exc:  # the snapshot file is busy or gone: try again
             logging.getLogger(__name__).warning("snapshot sync failed: %s", exc)
         await asyncio.sleep(SYNC_S)
+
+
+class FastGets:
+    """Answers ``GET /captures/{id}/export-…`` from the mirror when ``lookup`` has the
+    answer (a known token, a valid id of its organization, a state in the mirror);
+    everything else, errors included, goes on to the app."""
+
+    def __init__(self, app: ASGIApp, lookup: Callable[[Scope], tuple[Caller, bytes] | None]):
+        self.app = app
+        self.lookup = lookup
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = self.lookup(scope) if scope["type"] == "http" else None
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        caller, body = found
+        scope.setdefault("state", {})["caller"] = caller  # for the access log
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 class AccessLog:
