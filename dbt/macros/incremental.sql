@@ -8,27 +8,89 @@
   captures that already had a row, always present, with the watermark and the changed
   keys as subqueries), DuckDB overestimated the changed keys and built its hash tables on
   each staged table's million older rows: 0.9 s for 10,000 new captures. So the
-  incremental models first look up what changed, as literals, with two small queries that
-  dbt runs while it compiles the model (`catalog_changes`), and render only the SQL the
+  incremental models first look up what changed, as literals, with small queries that
+  dbt runs while it compiles the model (`catalog_lookup`), and render only the SQL the
   change needs: usually just the rows of the newer batches.
+
+  They are built by the `catalog_incremental` materialization
+  (macros/catalog_incremental.sql), which the look-up tells, through one comment line in
+  the compiled SQL (`catalog_plan`), whether to rebuild the table or to insert the new rows
+  and delete the older rows they replace.
 #}
 
-{#- `catalog_changes()`: what changed since this model's table was last built.
+{#- The model's shape: its file's checksum and the export formats (one set of columns
+    each). Kept as the table's comment; a table whose comment differs is rebuilt in full,
+    so an edited model or a new format never meets a table of the old shape. -#}
+{% macro catalog_fingerprint() -%}
+  {{- 'dbt-model:' ~ local_md5(model.checksum.checksum ~ '|' ~ tojson(var('export_formats'))) -}}
+{%- endmacro %}
 
+{#- Whether this run may update the model's table in place: it exists as a table and this
+    is not a --full-refresh (the fingerprint is checked by `catalog_lookup`). dbt's
+    `is_incremental()` is true only for the `incremental` materialization. -#}
+{% macro catalog_is_incremental() -%}
+  {%- if not execute or should_full_refresh() -%}{{ return(false) }}{%- endif -%}
+  {%- set relation = adapter.get_relation(this.database, this.schema, this.identifier) -%}
+  {{ return(relation is not none and relation.is_table) }}
+{%- endmacro %}
+
+{#- `catalog_lookup(columns)`: one query while the model compiles. Returns
+    full        true on a full build: no table yet, --full-refresh, or a table whose
+                fingerprint (comment) is not this model's
     watermark   the last staging batch the table was built from (-1: full build)
-    full        true on a full build (no table yet, or --full-refresh)
-    all_keys    an exporter's code version changed since: every episode's export state
-                may have changed, so every capture is rebuilt
-    old_keys    how many of the changed captures already have a row in the table
-                (their unchanged rows in older batches must be read too; usually 0: a
-                day of new captures reads only new rows)
-
-    At parse time (no database) it answers a full build. -#}
-{% macro catalog_changes() -%}
-  {%- if not (execute and is_incremental()) -%}
-    {{ return({'full': true, 'watermark': -1, 'all_keys': true, 'old_keys': 0}) }}
+    and, unless full, the value of each of `columns` (name -> SQL expression, which may
+    use `watermark_sql`). At parse time (no database) it answers a full build. -#}
+{% macro catalog_lookup(columns={}) -%}
+  {%- if not catalog_is_incremental() -%}
+    {{ return({'full': true, 'watermark': -1}) }}
   {%- endif -%}
-  {%- set watermark_sql = '(select coalesce(max(_batch), -1) from ' ~ this ~ ')' -%}
+  {%- set names = columns.keys() | list -%}
+  {%- set selected = [
+        catalog_watermark_sql() ~ ' as watermark',
+        "(select comment from duckdb_tables() where database_name = '" ~ this.database
+        ~ "' and schema_name = '" ~ this.schema ~ "' and table_name = '" ~ this.identifier
+        ~ "') as fingerprint"] -%}
+  {%- for name in names %}{% do selected.append(columns[name] ~ ' as ' ~ name) %}{% endfor -%}
+  {%- set found = run_query('select ' ~ selected | join(', ')).rows[0] -%}
+  {%- if found['fingerprint'] != catalog_fingerprint() -%}
+    {{ return({'full': true, 'watermark': -1}) }}
+  {%- endif -%}
+  {%- set result = {'full': false, 'watermark': found['watermark'] | int} -%}
+  {%- for name in names %}{% do result.update({name: found[name]}) %}{% endfor -%}
+  {{ return(result) }}
+{%- endmacro %}
+
+{% macro catalog_watermark_sql() -%}
+  (select coalesce(max(_batch), -1) from {{ this }})
+{%- endmacro %}
+
+{#- The plan for the `catalog_incremental` materialization, as a comment line of the
+    compiled SQL (a model renders it first): rebuild (`full`), or insert the new rows and
+    then, when `replace` is set (a query of unique keys), delete the rows of those keys
+    built at or before `watermark`. No `replace`: no older row can share a key with a
+    new row, and nothing is deleted. -#}
+{% macro catalog_plan(changes, replace=none) -%}
+-- catalog_plan: {{ tojson({
+     'full': changes.full,
+     'watermark': changes.watermark,
+     'replace': none if changes.full else replace,
+   }) }}
+{% endmacro %}
+
+{#- `catalog_changes()`: what changed since the `episodes` table was last built.
+
+    full        true on a full build (no table yet, --full-refresh, another shape), and
+                when an exporter's code version changed since: every episode's export
+                state may have changed, so every capture is rebuilt
+    watermark   the last staging batch the table was built from (-1: full build)
+    old_keys    how many of the changed captures already have a row in the table
+                (their unchanged rows in older batches must be read too, and their old
+                rows replaced or, when the raw copy was removed, deleted; usually 0: a
+                day of new captures reads only new rows and deletes nothing) -#}
+{% macro catalog_changes() -%}
+  {%- if not catalog_is_incremental() -%}
+    {{ return({'full': true, 'watermark': -1, 'old_keys': 0}) }}
+  {%- endif -%}
   {#- The changed keys go to a temporary table first: its exact size makes DuckDB build
       the join's hash table on those few keys and probe the model's key column once
       (against a subquery, whose size it overestimates, it builds on the model's
@@ -38,20 +100,17 @@
   {%- do run_query(
         'create or replace temporary table catalog_changed_keys as select distinct '
         ~ 'capture_key from ' ~ source('platform', 'item_versions')
-        ~ ' where _batch > ' ~ watermark_sql) -%}
-  {%- set found = run_query(
-        'select ' ~ watermark_sql ~ ' as watermark, '
-        ~ '(select count(*) from ' ~ source('platform', 'export_formats')
-        ~ ' where _batch > ' ~ watermark_sql ~ ') as formats_changed, '
-        ~ '(select count(*) from ' ~ this ~ ' where capture_key in '
-        ~ '(select capture_key from catalog_changed_keys)) as old_keys') -%}
-  {%- set row = found.rows[0] -%}
-  {{ return({
-      'full': false,
-      'watermark': row['watermark'] | int,
-      'all_keys': (row['formats_changed'] | int) > 0,
-      'old_keys': row['old_keys'] | int,
-  }) }}
+        ~ ' where _batch > ' ~ catalog_watermark_sql()) -%}
+  {%- set found = catalog_lookup({
+        'formats_changed': '(select count(*) from ' ~ source('platform', 'export_formats')
+                           ~ ' where _batch > ' ~ catalog_watermark_sql() ~ ')',
+        'old_keys': '(select count(*) from ' ~ this ~ ' where capture_key in '
+                    ~ '(select capture_key from catalog_changed_keys))',
+      }) -%}
+  {%- if found.full or (found.formats_changed | int) > 0 -%}
+    {{ return({'full': true, 'watermark': -1, 'old_keys': 0}) }}
+  {%- endif -%}
+  {{ return({'full': false, 'watermark': found.watermark, 'old_keys': found.old_keys | int}) }}
 {%- endmacro %}
 
 {% macro current_batch() -%}
@@ -66,7 +125,7 @@
 {# `changed_old`: the changed keys that already have a row in the model (only rendered,
    and computed once per build, when there are some). Put it first in the WITH list. #}
 {% macro changed_cte(changes) -%}
-  {%- if not changes.full and not changes.all_keys and changes.old_keys > 0 -%}
+  {%- if not changes.full and changes.old_keys > 0 -%}
   changed_old as materialized (
     select capture_key from {{ this }}
     where capture_key in ({{ changed_keys(changes.watermark) }})
@@ -77,9 +136,9 @@
 {# The rows of a staged source that a build needs, with work proportional to what
    changed: rows written by newer batches (the `_batch` zone maps skip every older row
    group), plus, only when some changed captures already had a row, those captures'
-   older rows. Full builds, and builds after an exporter code version changed: all rows. #}
+   older rows. Full builds (also after an exporter code version changed): all rows. #}
 {% macro changed_rows(relation, changes) -%}
-  {%- if changes.full or changes.all_keys -%}
+  {%- if changes.full -%}
   {{ relation }}
   {%- elif changes.old_keys > 0 -%}
   (
@@ -91,19 +150,5 @@
   )
   {%- else -%}
   (select * from {{ relation }} where _batch > {{ changes.watermark }})
-  {%- endif -%}
-{%- endmacro %}
-
-{# Before an incremental build: drop the captures whose raw copy was removed since (one
-   statement: usually there are none, and the subquery's value prunes the scan). #}
-{% macro delete_removed_captures() -%}
-  {%- if is_incremental() -%}
-  delete from {{ this }} where capture_key in (
-    select capture_key from {{ source('platform', 'item_versions') }}
-    where _batch > (select coalesce(max(_batch), -1) from {{ this }})
-      and source = 'raw_manifests' and fingerprint is null
-  )
-  {%- else -%}
-  select 1
   {%- endif -%}
 {%- endmacro %}

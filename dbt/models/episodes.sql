@@ -1,17 +1,16 @@
 {{
   config(
-    materialized='incremental',
+    materialized='catalog_incremental',
     unique_key='capture_key',
-    incremental_strategy='delete+insert',
-    on_schema_change='append_new_columns',
-    pre_hook="{{ delete_removed_captures() }}",
   )
 }}
 {#- One row per capture with a raw copy. Incremental: only captures whose staged rows
-    changed since the last build are recomputed (macros/incremental.sql); captures whose
-    raw copy was removed are deleted first. -#}
+    changed since the last build are recomputed (macros/incremental.sql). The old rows of
+    changed captures that already had one are deleted after the insert: replaced, or
+    gone when the capture's raw copy was removed (macros/catalog_incremental.sql). -#}
 -- depends_on: {{ source('platform', 'item_versions') }}
 {%- set changes = catalog_changes() %}
+{{ catalog_plan(changes, replace=changed_keys(changes.watermark) if changes.old_keys > 0 else none) -}}
 with {{ changed_cte(changes) }}
 batch as (
   select {{ current_batch() }} as number

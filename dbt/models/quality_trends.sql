@@ -1,32 +1,34 @@
 {{
   config(
-    materialized='incremental',
+    materialized='catalog_incremental',
     unique_key=['landing_day', 'source_kind'],
-    incremental_strategy='delete+insert',
   )
 }}
 {#- Per landing day and source kind. Incremental: only the (day, kind) groups that hold
     an episode rebuilt in `episodes` since this table's last build are recomputed. Rebuilt
     episodes carry a newer `_batch` and sit in the last row groups of `episodes`; their
     landing days, looked up while dbt compiles the model, bound the rows read. -#}
+{%- set rebuilt = '(select landing_day from ' ~ ref('episodes')
+                  ~ ' where _batch > ' ~ catalog_watermark_sql() ~ ')' %}
+{%- set changes = catalog_lookup({
+      'days': "(select coalesce(string_agg(distinct landing_day::varchar, ','), '') from "
+              ~ rebuilt ~ ')',
+      'old_days': '(select count(*) from ' ~ this ~ ' where landing_day in ' ~ rebuilt ~ ')',
+    }) %}
 {%- set days = [] %}
-{%- if execute and is_incremental() %}
-  {%- set watermark_sql = '(select coalesce(max(_batch), -1) from ' ~ this ~ ')' %}
-  {%- set found = run_query(
-        'select ' ~ watermark_sql ~ ' as watermark, '
-        ~ "(select coalesce(string_agg(distinct landing_day::varchar, ','), '') from "
-        ~ ref('episodes') ~ ' where _batch > ' ~ watermark_sql ~ ') as days'
-      ).rows[0] %}
-  {%- set watermark = found['watermark'] | int %}
-  {%- for day in found['days'].split(',') | sort if day %}{% do days.append(day) %}{% endfor %}
+{%- if not changes.full %}
+  {%- for day in changes.days.split(',') | sort if day %}{% do days.append(day) %}{% endfor %}
 {%- endif %}
+{#- Older rows of a rebuilt (day, kind) group, if any, go after the insert. -#}
+{{ catalog_plan(changes, replace=none if changes.full or (changes.old_days | int) == 0
+     else 'select landing_day, source_kind from ' ~ this ~ ' where _batch > ' ~ changes.watermark) -}}
 with touched as (
   select distinct landing_day, source_kind from {{ ref('episodes') }}
-  {%- if is_incremental() %} where _batch > {{ watermark }}{% endif %}
+  {%- if not changes.full %} where _batch > {{ changes.watermark }}{% endif %}
 ),
 scope as (
   select e.* from {{ ref('episodes') }} e
-  {%- if is_incremental() %}
+  {%- if not changes.full %}
   semi join touched t using (landing_day, source_kind)
   where e.landing_day in (
     {%- for day in days %}date '{{ day }}'{{ ', ' if not loop.last }}{% endfor %}
