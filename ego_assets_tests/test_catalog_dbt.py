@@ -240,6 +240,36 @@ def test_incremental_refresh_equals_full_rebuild(root):
         _assert_equals_full_rebuild(db, models=MODELS[:3])
 
 
+def test_a_table_of_another_shape_is_rebuilt_in_full(root):
+    """The refresh checks no columns: a table whose fingerprint (comment) is not the
+    model's, e.g. built by an older model or materialization, is rebuilt in full at the
+    next run instead of receiving rows of another shape."""
+    import duckdb
+
+    storage = Storage(root)
+    with catalog_database(storage, write=True) as db:
+        stage_rows(storage, db, None)
+        run_dbt(["run", "--quiet"], db)
+        (comment,) = _rows(db, "select comment from duckdb_tables() where table_name = 'episodes'")
+        assert comment["comment"].startswith("dbt-model:")
+        with duckdb.connect(str(db)) as con:  # an older shape: a column fewer, no fingerprint
+            con.execute("alter table episodes drop column holos_hdf5_bytes")
+            con.execute("comment on table episodes is null")
+        synthesize("webxr", root / "landing" / NEW, seconds=2, seed=3, capture_id=NEW)
+        pipeline.ingest_raw(storage, NEW)
+        pipeline.normalize(storage, NEW)
+        pipeline.assess_quality(storage, NEW)
+        batch = stage_rows(storage, db, None).batch
+        run_dbt(["run", "--quiet"], db)
+        rows = _rows(db, "select capture_key, _batch, holos_hdf5_bytes from episodes")
+        assert {r["capture_key"]: r["_batch"] for r in rows} == {
+            CLEAN: batch,
+            FAULTY: batch,
+            NEW: batch,
+        }
+        _assert_equals_full_rebuild(db)
+
+
 def test_catalog_on_s3_and_the_cli(root, s3_server, s3_bucket, capsys):
     local = Storage(root)
     _export(local, CLEAN, "ceres_episode", "ceres-1", b"c" * 10)
