@@ -70,6 +70,14 @@ def _export(storage: Storage, key: str, fmt: str, code_version: str, payload: by
     )
 
 
+def _land_new_capture(storage: Storage, root: Path) -> None:
+    """A third capture (``NEW``) through raw, trajectory and quality."""
+    synthesize("webxr", root / "landing" / NEW, seconds=2, seed=3, capture_id=NEW)
+    pipeline.ingest_raw(storage, NEW)
+    pipeline.normalize(storage, NEW)
+    pipeline.assess_quality(storage, NEW)
+
+
 def _rows(database: Path, sql: str) -> list[dict]:
     return query(database, sql).to_pylist()
 
@@ -205,10 +213,7 @@ def test_incremental_refresh_equals_full_rebuild(root):
         first = {r["capture_key"]: r["_batch"] for r in _rows(db, "select * from episodes")}
 
         # A day of new captures: only their rows are read and built.
-        synthesize("webxr", root / "landing" / NEW, seconds=2, seed=3, capture_id=NEW)
-        pipeline.ingest_raw(storage, NEW)
-        pipeline.normalize(storage, NEW)
-        pipeline.assess_quality(storage, NEW)
+        _land_new_capture(storage, root)
         batch = stage_rows(storage, db, versions).batch
         run_dbt(["run", "--quiet"], db)
         rebuilt = {r["capture_key"]: r["_batch"] for r in _rows(db, "select * from episodes")}
@@ -255,10 +260,7 @@ def test_a_table_of_another_shape_is_rebuilt_in_full(root):
         with duckdb.connect(str(db)) as con:  # an older shape: a column fewer, no fingerprint
             con.execute("alter table episodes drop column holos_hdf5_bytes")
             con.execute("comment on table episodes is null")
-        synthesize("webxr", root / "landing" / NEW, seconds=2, seed=3, capture_id=NEW)
-        pipeline.ingest_raw(storage, NEW)
-        pipeline.normalize(storage, NEW)
-        pipeline.assess_quality(storage, NEW)
+        _land_new_capture(storage, root)
         batch = stage_rows(storage, db, None).batch
         run_dbt(["run", "--quiet"], db)
         rows = _rows(db, "select capture_key, _batch, holos_hdf5_bytes from episodes")
