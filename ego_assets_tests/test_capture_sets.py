@@ -232,3 +232,35 @@ def test_storage_paths_do_not_depend_on_the_set(tmp_path):
     in_set_2 = _materialize_in_set(tmp_path / "two", source, "xr-1", 2)
     assert in_set_0 == in_set_2
     assert {p.split("/")[0] for p in in_set_0} >= {"raw", "trajectory", "quality"}
+
+
+def test_on_postgres_one_statement_registers_every_set(tmp_path, monkeypatch):
+    """Postgres: the captures of all sets in one INSERT (a connection per statement there)."""
+    from dagster_postgres import PostgresEventLogStorage
+
+    from ego_assets_tests.processes import (
+        fresh_database,
+        pg_env,
+        require_postgres,
+        write_dagster_home,
+    )
+    from ego_assets_tests.sql_count import sql_statements
+
+    require_postgres()
+    with fresh_database() as db:
+        for name, value in pg_env(db).items():
+            monkeypatch.setenv(name, value)
+        home = write_dagster_home(tmp_path / "home")
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            assert isinstance(instance.event_log_storage, PostgresEventLogStorage)
+            keys = KEYS[:200]
+            register_captures(instance, keys[:1], 40)  # creates the tables
+            with sql_statements() as statements:
+                assert register_captures(instance, keys, 40) == keys
+            inserts = [s for s in statements if s.lstrip().upper().startswith("INSERT")]
+            assert len(inserts) == 1
+            register_captures(instance, keys, 40)  # idempotent
+            for cs, members in group_by_set(keys, 40).items():
+                assert list(instance.get_dynamic_partitions(cs.partitions_name)) == [
+                    k for k in keys if k in set(members)
+                ]
