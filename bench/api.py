@@ -180,7 +180,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=0.5, help="pause between polls (s)")
     parser.add_argument("--captures", type=int, default=4)
-    parser.add_argument("--workers", type=int, default=1, help="API server processes")
+    parser.add_argument("--workers", type=int, default=2, help="API server processes")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     result = run(args.clients, args.seconds, args.interval, args.captures, args.workers)
@@ -308,17 +308,19 @@ def _run_loop(coroutine: Any) -> Any:
         return runner.run(coroutine)
 
 
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of ``pid`` and its descendants alive now."""
+def _tree_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of ``pid`` and its descendants alive now: the refresher
+    process and the rest (uvicorn's server processes)."""
     import psutil
 
-    total = 0.0
+    total = {"servers": 0.0, "refresher": 0.0}
     try:
         root = psutil.Process(pid)
         for process in [root, *root.children(recursive=True)]:
             with contextlib.suppress(psutil.Error):
                 times = process.cpu_times()
-                total += times.user + times.system
+                role = "refresher" if "ego_assets.api.refresher" in process.cmdline() else "servers"
+                total[role] += times.user + times.system
     except psutil.Error:
         pass
     return total
@@ -345,7 +347,9 @@ async def _measure(
     )
     cpu = {
         "client_cpu_s": round(client_cpu, 2),
-        "api_cpu_s": round(server_end - server_start, 2),
+        "api_cpu_s": round(sum(server_end.values()) - sum(server_start.values()), 2),
+        "api_servers_cpu_s": round(server_end["servers"] - server_start["servers"], 2),
+        "api_refresher_cpu_s": round(server_end["refresher"] - server_start["refresher"], 2),
         "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in load_end],
     }
