@@ -200,7 +200,8 @@ def _simulate(
     for table in tables:
         con.execute(
             f"""insert into {SCHEMA}.item_versions
-            select '{table}', capture_key, 'sim', {batch} from {SCHEMA}.{table}
+              (source, capture_key, fingerprint, first_batch, _batch)
+            select '{table}', capture_key, 'sim', {batch}, {batch} from {SCHEMA}.{table}
             where _batch = {batch}"""
         )
     if batch == 1:

@@ -83,29 +83,28 @@
                 when an exporter's code version changed since: every episode's export
                 state may have changed, so every capture is rebuilt
     watermark   the last staging batch the table was built from (-1: full build)
-    old_keys    how many of the changed captures already have a row in the table
-                (their unchanged rows in older batches must be read too, and their old
-                rows replaced or, when the raw copy was removed, deleted; usually 0: a
-                day of new captures reads only new rows and deletes nothing) -#}
+    old_keys    how many changed items belong to captures staged at or before the
+                watermark, i.e. that may already have a row in the table (their
+                unchanged rows in older batches must be read too, and their old rows
+                replaced or, when the raw copy was removed, deleted; usually 0: a day of
+                new captures reads only new rows and deletes nothing) -#}
 {% macro catalog_changes() -%}
   {%- if not catalog_is_incremental() -%}
     {{ return({'full': true, 'watermark': -1, 'old_keys': 0}) }}
   {%- endif -%}
-  {#- The changed keys go to a temporary table first: its exact size makes DuckDB build
-      the join's hash table on those few keys and probe the model's key column once
-      (against a subquery, whose size it overestimates, it builds on the model's
-      million keys instead: 0.5 s). No other column of the model is read. (A scan
-      filtered by `_batch >` a one-row subquery is still pruned: DuckDB pushes the
-      subquery's value into the scan as a filter once it is known.) -#}
-  {%- do run_query(
-        'create or replace temporary table catalog_changed_keys as select distinct '
-        ~ 'capture_key from ' ~ source('platform', 'item_versions')
-        ~ ' where _batch > ' ~ catalog_watermark_sql()) -%}
+  {#- Changed captures that already have a row were staged at or before the watermark
+      (`first_batch`, kept by staging for every capture). Counting them reads only the
+      newer rows of item_versions (zone maps skip the rest): no probe of the model's key
+      column, so capture keys in no order cost nothing more. (A scan filtered by
+      `_batch >` a one-row subquery is still pruned: DuckDB pushes the subquery's value
+      into the scan as a filter once it is known.) Rows staged before `first_batch`
+      existed count as older. -#}
   {%- set found = catalog_lookup({
         'formats_changed': '(select count(*) from ' ~ source('platform', 'export_formats')
                            ~ ' where _batch > ' ~ catalog_watermark_sql() ~ ')',
-        'old_keys': '(select count(*) from ' ~ this ~ ' where capture_key in '
-                    ~ '(select capture_key from catalog_changed_keys))',
+        'old_keys': '(select count(*) from ' ~ source('platform', 'item_versions')
+                    ~ ' where _batch > ' ~ catalog_watermark_sql()
+                    ~ ' and coalesce(first_batch, -1) <= ' ~ catalog_watermark_sql() ~ ')',
       }) -%}
   {%- if found.full or (found.formats_changed | int) > 0 -%}
     {{ return({'full': true, 'watermark': -1, 'old_keys': 0}) }}

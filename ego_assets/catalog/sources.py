@@ -22,7 +22,8 @@ fingerprint (local: the index file's modification time and size; S3: the index
 object's ETag and LastModified). Only items whose fingerprint differs from the one in
 ``platform.item_versions`` are read (concurrently through the storage layer's file
 system, in chunks), and their rows replace the old ones. An item that disappeared loses
-its row and keeps a ``item_versions`` row with a null fingerprint. Every run that
+its row and keeps a ``item_versions`` row with a null fingerprint; each row also keeps
+the batch that first staged its capture (``first_batch``). Every run that
 changes something is one ``platform.batches`` row, and every row it writes carries that
 ``_batch``: the incremental models rebuild only the capture keys of newer batches.
 All of a run's writes are one DuckDB transaction.
@@ -122,6 +123,10 @@ ITEMS_SCHEMA = pa.schema(
         ("source", pa.string()),
         ("capture_key", pa.string()),
         ("fingerprint", pa.string()),
+        # The batch that first staged any item of this capture (kept when the item is
+        # re-staged or removed). A refresh whose changed captures were all first staged
+        # after its watermark has no older rows to read or replace (dbt/macros).
+        ("first_batch", pa.int64()),
     ]
 )
 BATCHES_SCHEMA = pa.schema(
@@ -510,16 +515,26 @@ def _stage_source(
     con.execute(f"delete from {target} where capture_key in (select capture_key from versions)")
     names = ", ".join(f'"{n}"' for n in table.column_names)
     con.execute(f"insert into {target} ({names}, _batch) select {names}, {number} from new_rows")
+    # The capture's first batch, over every source's rows (rows staged before the column
+    # existed count from their own batch); this batch for a capture never seen.
+    con.execute(
+        "create or replace temp table catalog_first_batches as "
+        "select capture_key, min(coalesce(first_batch, _batch)) as first_batch "
+        f"from {SCHEMA}.item_versions where capture_key in (select capture_key from versions) "
+        "group by capture_key"
+    )
     con.execute(
         f"delete from {SCHEMA}.item_versions where source = ? "
         "and capture_key in (select capture_key from versions)",
         [source.table],
     )
     con.execute(
-        f"insert into {SCHEMA}.item_versions select ?, capture_key, fingerprint, {number} "
-        "from versions",
+        f"insert into {SCHEMA}.item_versions (source, capture_key, fingerprint, first_batch, "
+        f"_batch) select ?, v.capture_key, v.fingerprint, coalesce(f.first_batch, {number}), "
+        f"{number} from versions v left join catalog_first_batches f using (capture_key)",
         [source.table],
     )
+    con.execute("drop table catalog_first_batches")
     for name in ("listing", "new_rows", "versions"):
         con.unregister(name)
     return len(done), len(removed)
