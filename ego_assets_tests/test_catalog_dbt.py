@@ -222,7 +222,14 @@ def test_incremental_refresh_equals_full_rebuild(root):
 
         # An older capture changes (a new export): its unchanged older rows are read too.
         _export(storage, NEW, "ceres_episode", "ceres-1", b"c" * 10)
-        stage_rows(storage, db, versions)
+        receipt_batch = stage_rows(storage, db, versions).batch
+        # its new item keeps the batch that first staged the capture
+        items = _rows(
+            db,
+            "select _batch, first_batch from platform.item_versions "
+            f"where capture_key = '{NEW}' and source = 'export_receipts_ceres_episode'",
+        )
+        assert items == [{"_batch": receipt_batch, "first_batch": batch}]
         run_dbt(["run", "--quiet"], db)
         state = f"select ceres_episode_state s from episodes where capture_key = '{NEW}'"
         assert _rows(db, state) == [{"s": "exported"}]
@@ -245,10 +252,11 @@ def test_incremental_refresh_equals_full_rebuild(root):
         _assert_equals_full_rebuild(db, models=MODELS[:3])
 
 
-def test_a_table_of_another_shape_is_rebuilt_in_full(root):
+def test_a_catalog_of_an_older_shape_is_brought_up_to_date(root):
     """The refresh checks no columns: a table whose fingerprint (comment) is not the
     model's, e.g. built by an older model or materialization, is rebuilt in full at the
-    next run instead of receiving rows of another shape."""
+    next run instead of receiving rows of another shape. Staging adds
+    ``item_versions.first_batch`` to a catalog staged before it existed."""
     import duckdb
 
     storage = Storage(root)
@@ -260,8 +268,15 @@ def test_a_table_of_another_shape_is_rebuilt_in_full(root):
         with duckdb.connect(str(db)) as con:  # an older shape: a column fewer, no fingerprint
             con.execute("alter table episodes drop column holos_hdf5_bytes")
             con.execute("comment on table episodes is null")
+            con.execute("alter table platform.item_versions drop column first_batch")
         _land_new_capture(storage, root)
         batch = stage_rows(storage, db, None).batch
+        firsts = _rows(db, "select capture_key, first_batch from platform.item_versions")
+        assert {r["capture_key"]: r["first_batch"] for r in firsts} == {
+            CLEAN: None,
+            FAULTY: None,
+            NEW: batch,
+        }
         run_dbt(["run", "--quiet"], db)
         rows = _rows(db, "select capture_key, _batch, holos_hdf5_bytes from episodes")
         assert {r["capture_key"]: r["_batch"] for r in rows} == {
