@@ -470,30 +470,36 @@ def serve_from_env(
 
 
 class _Supervised:
-    """A child process, started again whenever it exits until `stop`."""
+    """A child process, started again whenever it exits until `stop` (never after)."""
 
     def __init__(self, args: list[str]) -> None:
         self._args = args
         self._stopping = threading.Event()
+        self._guard = threading.Lock()  # no start after stop has begun
         self._process = subprocess.Popen(args)
         self._thread = threading.Thread(target=self._watch, name="ego-api-supervisor", daemon=True)
         self._thread.start()
 
     def _watch(self) -> None:
-        while not self._stopping.is_set():
+        while True:
             code = self._process.wait()
             if self._stopping.wait(1.0):
                 return
-            logging.getLogger(__name__).warning("refresher exited (%s): started again", code)
-            self._process = subprocess.Popen(self._args)
+            with self._guard:
+                if self._stopping.is_set():
+                    return
+                logging.getLogger(__name__).warning("refresher exited (%s): started again", code)
+                self._process = subprocess.Popen(self._args)
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._process.terminate()
+        with self._guard:
+            self._stopping.set()
+            process = self._process
+        process.terminate()
         try:
-            self._process.wait(10)
+            process.wait(10)
         except subprocess.TimeoutExpired:
-            self._process.kill()
+            process.kill()
 
 
 def service_from_env(dagster_url: str | None) -> ExportService:
