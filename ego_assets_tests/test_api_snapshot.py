@@ -327,3 +327,38 @@ def test_polls_answered_from_the_mirror_match_the_route(
     assert _asgi_get(app, path, "tok2")[0] == 404
     assert _asgi_get(app, "/captures/snap..x/export-hdf5", "tok")[0] == 422
     assert _asgi_get(app, "/captures/snap-9999/export-hdf5", "tok")[0] == 404
+
+
+def test_two_hosts_on_one_postgres_instance_launch_one_run(tmp_path: Path) -> None:
+    """Two services with their own state folders (two hosts: no shared lock file) ask at
+    once: the instance's advisory lock lets one launch."""
+    import concurrent.futures
+    import json
+
+    from ego_assets_tests.processes import PG, fresh_database, require_postgres
+
+    require_postgres()
+    with fresh_database("ego_api_lock") as db_name:
+        home = tmp_path / "home"
+        home.mkdir()
+        db = {"hostname": PG["host"], "port": PG["port"], "username": PG["user"]}
+        db |= {"password": "", "db_name": db_name, "scheme": "postgresql+psycopg2"}
+        config = {"storage": {"postgres": {"postgres_db": db}}, "telemetry": {"enabled": False}}
+        (home / "dagster.yaml").write_text(json.dumps(config))
+        launcher = _SlowLauncher(str(home))
+        hosts = []
+        for name in ("a", "b"):
+            service = _service(home, tmp_path / "data", launcher)
+            store = SnapshotStore(tmp_path / f"state-{name}")
+            service.ask_lock = store.ask_lock
+            hosts.append(ServedStates(service, store))
+        target = export_target(KEY, FMT)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                answers = list(pool.map(lambda h: h.ask(target, force=False, options={}), hosts))
+            assert sorted(queued for queued, _ in answers) == [False, True]
+            assert len({state.run_id for _, state in answers}) == 1
+            assert len(hosts[0].service.instance.get_runs()) == 1
+        finally:
+            for host in hosts:
+                host.service.instance.dispose()

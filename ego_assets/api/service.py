@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -168,10 +169,17 @@ class ExportService:
 
     @contextlib.contextmanager
     def _asking(self, target: ExportTarget) -> Iterator[None]:
+        """Held while one ask reads the state and maybe launches: this process's lock,
+        ``ask_lock`` (this host's processes) and, on a Postgres instance, an advisory lock
+        (every host asking through the same instance)."""
         key = (target.capture_id, target.format)
         with self._locks_guard:
             local = self._locks.setdefault(key, threading.Lock())
-        with local, self.ask_lock(target) if self.ask_lock else contextlib.nullcontext():
+        with (
+            local,
+            self.ask_lock(target) if self.ask_lock else contextlib.nullcontext(),
+            instance_lock(self.instance, f"ego/export/{target.format}/{target.partition_key}"),
+        ):
             yield
 
     def capture_exists(self, capture_id: str) -> bool:
@@ -341,6 +349,28 @@ class ExportService:
 
         notes = stored_notes(self.storage, target.partition_key) or {}
         return bool(notes.get("decode_frames", False)) == bool(options.get("decode_frames"))
+
+
+@contextlib.contextmanager
+def instance_lock(instance: dg.DagsterInstance, name: str) -> Iterator[None]:
+    """A Postgres advisory lock named ``name`` held in the block, on its own connection to
+    the instance's run storage (released with it, also when this process dies); nothing
+    on an instance that is not on Postgres."""
+    storage = instance.run_storage
+    engine = getattr(storage, "_engine", None)
+    if engine is None or engine.dialect.name != "postgresql":
+        yield
+        return
+    from sqlalchemy import text
+
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    lock_id = int.from_bytes(digest, "big", signed=True)
+    with storage.connect() as conn:  # type: ignore[attr-defined]
+        conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": lock_id})
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": lock_id})
 
 
 def _epoch(iso: str) -> float:
