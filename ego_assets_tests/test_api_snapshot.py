@@ -41,6 +41,7 @@ from ego_assets.storage import Storage
 
 KEY = "snap-0001"
 FMT = "holos_hdf5"
+READ_S = 1.0  # slack for the refresher's reads in the staleness test
 
 
 def _service(home: Path, data: Path, launcher: Any = None) -> ExportService:
@@ -144,16 +145,17 @@ def test_a_get_is_at_most_about_a_second_stale(setup: Any) -> None:
                 time.sleep(SYNC_S)
             pytest.fail(f"{status} not seen within {limit_s + 2.0} s")
 
-        # a run's change: one refresher round, one sync and a read
+        # a run's change: one refresher round, one sync and a read (READ_S: what one
+        # round's reads may take on a loaded 2-core machine)
         run_id = _add_run(service.instance, target)
-        assert wait_for("queued", 1.0) <= TICK_S + SYNC_S + 0.7
+        assert wait_for("queued", 1.0) <= TICK_S + SYNC_S + READ_S
         assert worker.refresher_alive()
         # a change in storage alone (a receipt written after the cancelled run, no run
         # update): seen at the next revalidation
         _event(service.instance, run_id, DagsterEventType.RUN_CANCELED)
         wait_for("failed", 1.0)
         write_receipt(service.storage, _receipt(KEY))
-        assert wait_for("ready", 2.0) <= REVALIDATE_S + TICK_S + SYNC_S + 0.7
+        assert wait_for("ready", 2.0) <= REVALIDATE_S + TICK_S + SYNC_S + READ_S
         state = worker.get(target)
         assert state is not None and state.artifact is not None
         assert state.artifact.current is False  # no raw copy: not current
