@@ -364,3 +364,13 @@ def test_two_hosts_on_one_postgres_instance_launch_one_run(tmp_path: Path) -> No
         finally:
             for host in hosts:
                 host.service.instance.dispose()
+
+
+def test_the_refresher_stops_when_its_serving_process_is_gone(setup: Any) -> None:
+    import os
+
+    service, store, _, _ = setup
+    refresher = Refresher(service, store)
+    started = time.monotonic()
+    refresher.run(parent=os.getppid() + 1)  # not our parent: as if serve had died
+    assert time.monotonic() - started < 1.0 and store.heartbeat() is None  # no round

@@ -18,6 +18,7 @@ import os
 import queue
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -450,7 +451,12 @@ def serve_from_env(
         os.environ[config.secret_env] = secrets.token_hex(32)
     SnapshotStore(state_dir)  # the schema, before any process opens it
     _log_to_stderr()
-    refresher = _Supervised([sys.executable, "-m", "ego_assets.api.refresher", state_dir])
+    # uvicorn re-raises the SIGTERM it shut down on once it is done: exit through the
+    # finally below (refresher stopped, state folder removed), not the default handler
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    refresher = _Supervised(
+        [sys.executable, "-m", "ego_assets.api.refresher", state_dir, str(os.getpid())]
+    )
     try:
         uvicorn.run(
             "ego_assets.api.app:app_from_env",

@@ -324,9 +324,14 @@ class Refresher:
         self.store.beat(now)
         return len(targets)
 
-    def run(self, stop: threading.Event | None = None) -> None:
+    def run(self, stop: threading.Event | None = None, parent: int | None = None) -> None:
+        """Rounds every `tick_s` until ``stop`` is set or the process ``parent`` (a pid:
+        the ``serve`` that started this process) is gone."""
         stop = stop or threading.Event()
         while not stop.is_set():
+            if parent is not None and os.getppid() != parent:
+                log.info("refresher: the serving process %d is gone, stopping", parent)
+                return
             started = time.monotonic()
             try:
                 self.tick()
