@@ -20,6 +20,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from ego_assets.capture_sets import PER_CAPTURE_ASSETS
 from ego_assets.synth import synthesize
 from ego_assets_tests.processes import (
     REPO,
@@ -35,14 +36,7 @@ from ego_assets_tests.processes import (
 REDIS_URL = "redis://127.0.0.1:6379/13"  # this test's own Redis database
 KEYS = ["s01", "s02", "s03", "s04"]
 # one celery task per asset step of the job
-CAPTURE_JOB_ASSETS = (
-    "raw_capture",
-    "trajectory",
-    "quality_report",
-    "holos_hdf5",
-    "egosmith_shards",
-    "ceres_episode",
-)
+CAPTURE_JOB_ASSETS = PER_CAPTURE_ASSETS
 CHUNKS = [("s01", "s02"), ("s03", "s04")]
 WORKERS = ("ego-w1", "ego-w2")
 RANGE_START = "dagster/asset_partition_range_start"
