@@ -262,6 +262,7 @@ def run(
                 latencies, baseline, errors, statuses, runs, cpu = _run_loop(
                     _measure(url, paths, clients, seconds, interval, server.process.pid)
                 )
+                failures = _failed_runs(instance)
             finally:
                 stop(services)
                 instance.dispose()
@@ -284,8 +285,37 @@ def run(
         "server_p99_ms": round(_percentile(server_ms, 0.99), 2) if server_ms else None,
         "statuses_seen": statuses,
         "export_runs_finished": runs,
+        "export_runs_failed": len(failures),
+        "failures": failures,
         **cpu,
     }
+
+
+def _failed_runs(instance: Any) -> list[dict[str, str]]:
+    """Every failed run of the window: its job, partition and the first error message
+    (a failed export is a finding of the benchmark, not noise to hide)."""
+    import dagster as dg
+
+    failures = []
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])):
+        records = instance.get_records_for_run(
+            run.run_id, of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE}
+        ).records
+        messages = [_error_message(r.event_log_entry.dagster_event) for r in records]
+        failures.append(
+            {
+                "job": run.job_name,
+                "partition": run.tags.get("dagster/partition", ""),
+                "error": next((m for m in messages if m), "")[:2000],
+            }
+        )
+    return failures
+
+
+def _error_message(event: Any) -> str:
+    """The error a failure event carries (its exception's message), else its text."""
+    error = getattr(event.event_specific_data, "error", None)
+    return error.message.strip() if error is not None else (event.message or "")
 
 
 def _server_times(log_path: Path) -> list[float]:
