@@ -6,7 +6,8 @@ was written, skipped and embedded; the data version), and the catalog's receipt 
 locally a hidden temporary folder renamed into place, on S3 with the notes uploaded
 last (the index file: a folder without it is unfinished). A run killed at any point
 leaves the previous export or nothing under the final name; the hidden leftovers of a
-killed local run are removed by the next one.
+killed local run are removed by the next write (`Storage.write_to`, under the folder's
+writer lock).
 
 The export is current while its data version is: exporter code version + options + the
 episode's gate data version (quality code + trajectory + raw content). An edited
@@ -17,8 +18,6 @@ fresh file; an unchanged one is reused after reading only the notes.
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 from upath import UPath
 
@@ -26,7 +25,7 @@ from ego_assets.catalog.receipts import make_receipt, write_receipt
 from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION, FORMAT_NAME, write_file
 from ego_assets.pipeline import StepResult, require_export_gate
 from ego_assets.progress import READ_TASK, report
-from ego_assets.storage import Storage, is_local, raw_capture_dir
+from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.trajectory.store import read_trajectory
 
 NOTES_FILE = "export_notes.json"
@@ -48,19 +47,6 @@ def export_version(gate_version: str, decode_frames: bool) -> str:
     """Data version of an export: exporter version, options, the gate's data version."""
     options = "+frames" if decode_frames else ""
     return f"{EXPORTER_VERSION}{options}:{gate_version}"
-
-
-def clear_leftovers(target: UPath) -> list[Path]:
-    """Remove the hidden folders a killed local export of ``target`` left beside it."""
-    if not is_local(target):
-        return []
-    folder = Path(target.path)
-    if not folder.parent.is_dir():
-        return []
-    stale = sorted(folder.parent.glob(f".{folder.name}.*"))
-    for tmp in stale:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return stale
 
 
 def stored_notes(storage: Storage, key: str) -> dict | None:
@@ -87,7 +73,6 @@ def export_holos_hdf5(
     notes = stored_notes(storage, key)
     if not force and notes is not None and notes.get("data_version") == version:
         return StepResult(key, version, True, _figures(target, key, notes))
-    clear_leftovers(target)
     report(READ_TASK, 0, 2)
     with storage.read_dir(storage.stage_path("trajectory", key)) as folder:
         trajectory = read_trajectory(folder)

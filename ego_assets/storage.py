@@ -20,8 +20,10 @@ What a reader can rely on:
   uploads the index last and then deletes objects the new version no longer has. Hence
   "index present" implies "every file of that version is uploaded"; a failed block or
   failed upload leaves no index. A reader racing a *re*-write of the same key may still
-  read a mix of versions; Dagster runs one writer per partition, and nothing here
-  rewrites a stage whose index already carries the wanted data version.
+  read a mix of versions; nothing here rewrites a stage whose index already carries
+  the wanted data version.
+* Two writers of one local folder (an API export beside a backfill of the same capture)
+  take turns: `Storage.write_to` holds the folder's writer lock from staging to publish.
 
 Listings are never cached (``use_listings_cache=False``): the sensor, the run workers
 and the uploaders are different processes, and a cached listing would hide their objects.
@@ -29,7 +31,9 @@ and the uploaders are different processes, and a cached listing would hide their
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +58,29 @@ _P = TypeVar("_P", Path, UPath)  # local paths and storage (S3) paths alike
 def raw_capture_dir(raw: _P) -> _P:
     """The folder holding the capture's own files inside the raw copy ``raw/<key>``."""
     return raw / RAW_CAPTURE_DIR
+
+
+# Writer locks of local targets, ``<root>/.locks/<target below the root>.lock``.
+LOCKS_DIR = ".locks"
+
+
+def remove_leftovers(target: Path) -> list[Path]:
+    """Delete the hidden siblings a killed local write of ``target`` left behind (its
+    ``.<name>.<random>.tmp`` staging folder, its ``.<name>.old-<pid>`` previous version).
+
+    Called by `Storage.write_to` while it holds the target's writer lock, so no live
+    writer's staging folder can be among them.
+    """
+    if not target.parent.is_dir():
+        return []
+    stale = sorted(
+        p
+        for p in target.parent.glob(f".{target.name}.*")
+        if p.is_dir() and (p.name.endswith(".tmp") or ".old-" in p.name)
+    )
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
 
 
 STAGES = ("raw", "trajectory", "quality", "exports", "catalog")
@@ -134,9 +161,12 @@ class Storage:
         `UPLOAD_TASK` progress (`ego_assets.progress`).
         """
         if is_local(target):
-            with atomic_directory(Path(target.path)) as tmp:
-                yield tmp
-                report(UPLOAD_TASK, 0, 1)
+            path = Path(target.path)
+            with self._writer_lock(path):
+                remove_leftovers(path)
+                with atomic_directory(path) as tmp:
+                    yield tmp
+                    report(UPLOAD_TASK, 0, 1)
             report(UPLOAD_TASK, 1, 1)
             return
         with tempfile.TemporaryDirectory(prefix="ego-write-") as tmp_name:
@@ -145,6 +175,28 @@ class Storage:
             report(UPLOAD_TASK, 0, 1)
             upload_tree(tmp, target, index_file)
             report(UPLOAD_TASK, 1, 1)
+
+    @contextmanager
+    def _writer_lock(self, target: Path) -> Iterator[None]:
+        """Hold the exclusive lock of one local target folder (``flock``, across processes).
+
+        Two runs may write the same folder at once (an export asked for over the API while
+        a backfill exports the same capture): the second waits for the first to publish,
+        so neither loses its staging folder to the other's clean-up, and the renames that
+        publish a folder never interleave. The lock files live in ``<root>/.locks/`` (no
+        listing of a stage or export folder sees them); the kernel drops a lock whose
+        process died.
+        """
+        root = Path(self.root.path)
+        try:
+            relative = target.relative_to(root)
+        except ValueError:
+            relative = Path(*target.parts[1:])
+        lock_path = root / LOCKS_DIR / f"{relative.as_posix()}.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def write_file(self, location: UPath, data: bytes) -> None:
         """Replace the single file ``location`` with ``data`` atomically.

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from ego_assets.formats.egosmith_webdataset import (
 )
 from ego_assets.pipeline import LINEAGE_FILE, StepResult
 from ego_assets.progress import READ_TASK, report
-from ego_assets.storage import Storage, is_local, raw_capture_dir
+from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.trajectory.store import read_trajectory
 
 EPISODES_FORMAT = "egosmith"
@@ -65,25 +64,6 @@ def episode_data_version(
     """Writer version + options + episode number + the trajectory's data version."""
     lineage = json.loads((storage.stage_path("trajectory", key) / LINEAGE_FILE).read_text())
     return f"{WRITER_VERSION}:{options.version()}:ep{episode_index}:{lineage['data_version']}"
-
-
-def remove_leftovers(target: UPath) -> int:
-    """Delete hidden temporary siblings of ``target`` that a killed write left behind.
-
-    `Storage.write_to` stages a local folder as ``.<name>.<random>.tmp`` (and moves the
-    old one aside as ``.<name>.old-<pid>``). Only one writer runs per episode (one Dagster
-    step per partition; packing holds the single-writer pool), so any such sibling seen
-    before a write is garbage. Remote storage stages in a local temp folder: nothing to do.
-    """
-    if not is_local(target):
-        return 0
-    folder = Path(target.path)
-    if not folder.parent.is_dir():
-        return 0
-    stale = [p for p in folder.parent.glob(f".{folder.name}.*") if p.is_dir()]
-    for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
-    return len(stale)
 
 
 def stored_episode(storage: Storage, key: str) -> EpisodeSummary | None:
@@ -142,7 +122,6 @@ def export_episode(
                         storage, _receipt(storage, key, target, folder, gate_version, existing)
                     )
         return StepResult(key, version, True, _figures(existing))
-    remove_leftovers(target)
     report(READ_TASK, 0, 2)
     with storage.read_dir(storage.stage_path("trajectory", key)) as folder:
         trajectory = read_trajectory(folder)
@@ -315,7 +294,6 @@ def pack_dataset(storage: Storage, options: EgoSmithOptions | None = None) -> Pa
         raise ValueError(f"episode numbers used by more than one capture: {dup}")
     shards: list[dict[str, Any]] = []
     episodes: list[dict[str, Any]] = []
-    remove_leftovers(target)
     with storage.write_to(target, index_file=MANIFEST_FILE) as tmp:
         next_shard = 0
         for split in SPLITS:
