@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -62,6 +63,20 @@ def raw_capture_dir(raw: _P) -> _P:
 
 # Writer locks of local targets, ``<root>/.locks/<target below the root>.lock``.
 LOCKS_DIR = ".locks"
+
+
+@contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the file ``path`` (created, with its folders) for the
+    block: one holder at a time across processes and threads (each call opens its own
+    descriptor); the kernel drops the lock of a process that died."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def remove_leftovers(target: Path) -> list[Path]:
@@ -192,10 +207,7 @@ class Storage:
             relative = target.relative_to(root)
         except ValueError:
             relative = Path(*target.parts[1:])
-        lock_path = root / LOCKS_DIR / f"{relative.as_posix()}.lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive_lock(root / LOCKS_DIR / f"{relative.as_posix()}.lock"):
             yield
 
     def write_file(self, location: UPath, data: bytes) -> None:

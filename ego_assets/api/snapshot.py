@@ -32,7 +32,6 @@ plus the refresher's read (0.3 s on an idle machine); a change in storage alone 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -47,6 +46,7 @@ from typing import Any
 from ego_assets.api.service import Artifact, ExportService, ExportState
 from ego_assets.catalog.receipts import ExportReceipt
 from ego_assets.defs.exports import EXPORT_TAG, PARTITION_TAG, ExportTarget, export_target
+from ego_assets.storage import exclusive_lock
 
 log = logging.getLogger(__name__)
 
@@ -246,14 +246,8 @@ class SnapshotStore:
     @contextlib.contextmanager
     def ask_lock(self, target: ExportTarget) -> Iterator[None]:
         """Held by one process (and thread) at a time per export: ``flock`` on its file."""
-        folder = self.folder / "locks" / target.format
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / f"{target.capture_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive_lock(self.folder / "locks" / target.format / f"{target.capture_id}.lock"):
             yield
-        finally:
-            os.close(fd)  # releases the lock
 
 
 class Refresher:

@@ -13,7 +13,6 @@ Both are in the ``aggregates`` group, so the nightly schedule builds them, and b
 the single-writer pool: DuckDB has one writer per file.
 """
 
-import fcntl
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -33,6 +32,7 @@ from ego_assets.catalog.warehouse import (
 from ego_assets.defs.aggregates import AGGREGATES_GROUP
 from ego_assets.defs.pools import SINGLE_WRITER_POOL
 from ego_assets.defs.resources import StorageResource
+from ego_assets.storage import exclusive_lock
 
 CATALOG_SOURCES_VERSION = "catalog-sources-1"
 # Staged table -> the per-capture asset whose files it reads (receipts: the exporter).
@@ -64,10 +64,7 @@ def _prepare(project: DbtProject) -> None:
     clone, edited models); one process at a time (test workers load this together)."""
     if _manifest_is_current(project):
         return
-    lock = project.project_dir / "target" / ".parse.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with exclusive_lock(project.project_dir / "target" / ".parse.lock"):
         if not _manifest_is_current(project):
             parse_project(project.project_dir)
 
