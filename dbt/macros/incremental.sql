@@ -74,8 +74,14 @@
      'full': changes.full,
      'watermark': changes.watermark,
      'replace': none if changes.full else replace,
+     'threads': none if changes.full or changes.changed_items >= small_change_rows()
+                else changes.threads,
    }) }}
 {% endmacro %}
+
+{#- Changes with fewer staged items than this (DuckDB's row group size, its unit of scan
+    parallelism) are built on one DuckDB thread (macros/catalog_incremental.sql). -#}
+{% macro small_change_rows() %}{{ return(122880) }}{% endmacro %}
 
 {#- `catalog_changes()`: what changed since the `episodes` table was last built.
 
@@ -83,6 +89,8 @@
                 when an exporter's code version changed since: every episode's export
                 state may have changed, so every capture is rebuilt
     watermark   the last staging batch the table was built from (-1: full build)
+    changed_items  staged items newer than the watermark (rows of every source)
+    threads     DuckDB's thread count now (restored after a one-thread build)
     old_keys    how many changed items belong to captures staged at or before the
                 watermark, i.e. that may already have a row in the table (their
                 unchanged rows in older batches must be read too, and their old rows
@@ -102,14 +110,18 @@
   {%- set found = catalog_lookup({
         'formats_changed': '(select count(*) from ' ~ source('platform', 'export_formats')
                            ~ ' where _batch > ' ~ catalog_watermark_sql() ~ ')',
-        'old_keys': '(select count(*) from ' ~ source('platform', 'item_versions')
+        'changed_items': '(select count(*) from ' ~ source('platform', 'item_versions')
+                        ~ ' where _batch > ' ~ catalog_watermark_sql() ~ ')',
+      'threads': "current_setting('threads')",
+      'old_keys': '(select count(*) from ' ~ source('platform', 'item_versions')
                     ~ ' where _batch > ' ~ catalog_watermark_sql()
                     ~ ' and coalesce(first_batch, -1) <= ' ~ catalog_watermark_sql() ~ ')',
       }) -%}
   {%- if found.full or (found.formats_changed | int) > 0 -%}
     {{ return({'full': true, 'watermark': -1, 'old_keys': 0}) }}
   {%- endif -%}
-  {{ return({'full': false, 'watermark': found.watermark, 'old_keys': found.old_keys | int}) }}
+  {{ return({'full': false, 'watermark': found.watermark, 'old_keys': found.old_keys | int,
+             'changed_items': found.changed_items | int, 'threads': found.threads | int}) }}
 {%- endmacro %}
 
 {% macro current_batch() -%}
