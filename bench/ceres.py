@@ -13,8 +13,9 @@ once (minutes per run):
 * **ours, remux** and **ours, re-encode**: `write_shard` (rows, stats, parquet, video,
   metadata, receipt).
 * **bare encode**: PyAV alone decoding every source frame up to the last row's in one
-  thread and encoding the re-encode path's frames with the same encoder settings
-  (`add_encoder_stream`), writing nothing else.
+  loop (FFmpeg's decoder threads) and encoding the re-encode path's frames with the same
+  encoder settings (`add_encoder_stream` with x264's own frame threads), writing
+  nothing else: the plain way to do it with PyAV.
 * **lerobot**: ``LeRobotDataset.create`` + ``add_frame`` per frame + ``save_episode`` +
   ``finalize`` with lerobot's defaults, writing the same rows and frames as the remux
   path (run in the lerobot venv, `make lerobot-env`; skipped when it is missing).

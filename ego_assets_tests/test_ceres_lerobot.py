@@ -470,3 +470,45 @@ def test_reencode_skips_unused_groups_of_pictures(tmp_path, open_gop):
     levels = out.reshape(len(out), -1).mean(axis=1)
     np.testing.assert_allclose(levels, 2 * rows, atol=1.5)
     np.testing.assert_allclose(frame_times(tmp_path / "skip.mp4"), np.arange(len(rows)) / 30)
+
+
+def test_reencode_in_parts_matches_one_part(tmp_path):
+    """Parts encoded at once and joined: every row's frame at k / fps, a keyframe at every
+    even frame as in one part, pixels within codec tolerance of one part's, the same
+    camera statistics, and no scratch file left."""
+    src = tmp_path / "source.mp4"
+    # 1,200 frames (gray level 2 * (i % 100)), a keyframe every 50 frames (B-frames)
+    with av.open(str(src), "w") as out:
+        stream = out.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.options = {"crf": "10", "x264-params": "keyint=50:min-keyint=50:scenecut=0"}
+        for i in range(1200):
+            level = 2 * (i % 100)
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), level, np.uint8), "rgb24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    source = lerobot_video.inspect_video(src)
+    # rows: frames 0..329, a cut (retried take), 560..1199 with frame 700 held twice
+    rows = np.concatenate([np.arange(330), np.arange(560, 701), [700], np.arange(701, 1200)])
+    # near a third (323): the cut; near two thirds (647): the row of keyframe 900 (671),
+    # made even
+    assert lerobot_video.part_starts(rows, source, 3) == [0, 330, 672]
+    whole = lerobot_video.reencode(src, tmp_path / "whole.mp4", 30, rows, source, parts=1)
+    joined = lerobot_video.reencode(src, tmp_path / "joined.mp4", 30, rows, source, parts=3)
+    assert whole.frames == joined.frames == len(rows) == 971
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["joined.mp4", "source.mp4", "whole.mp4"]
+    np.testing.assert_array_equal(joined.pixels.histogram, whole.pixels.histogram)
+    assert joined.pixels.images == whole.pixels.images == lerobot_video.STATS_SAMPLES
+    np.testing.assert_allclose(frame_times(tmp_path / "joined.mp4"), np.arange(971) / 30)
+    with av.open(str(tmp_path / "joined.mp4")) as inp:
+        keys = [p.is_keyframe for p in inp.demux(video=0) if p.size]
+    assert keys == [k % 2 == 0 for k in range(971)]
+    out = _decode(tmp_path / "joined.mp4").astype(np.int16)
+    levels = out.reshape(len(out), -1).mean(axis=1)
+    np.testing.assert_allclose(levels, 2 * (rows % 100), atol=1.5)
+    assert np.abs(out - _decode(tmp_path / "whole.mp4")).max() <= 2
+    # a part that fails (rows past the source's end) fails the call and leaves no scratch
+    with pytest.raises(ValueError, match="has 1200 frames"):
+        lerobot_video.reencode(src, tmp_path / "bad.mp4", 30, np.arange(1300), source, parts=2)
+    assert not list(tmp_path.glob(".*.nut"))

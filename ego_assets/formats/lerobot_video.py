@@ -12,7 +12,14 @@ base) and exactly one frame per exported row.
   (dropped source frames held), or the source is not remuxable (codec, pixel format,
   irregular timestamps): frames are decoded once, in order, and encoded with
   `ENCODER` (H.264, yuv420p). Groups of pictures no row uses are never sent to the
-  decoder, and decoding (one thread) overlaps encoding (the caller's thread).
+  decoder. With several cores the rows are cut into one part per core, each decoded
+  and encoded on its own thread by its own single-threaded decoder and encoder (GOP 2:
+  every part starts with a keyframe, as the whole would); the first part is written
+  into the mp4 directly, the others into NUT files beside it whose packets are then
+  copied into the mp4 in order. FFmpeg's own frame threads would cost more: x264 spends
+  about 20 % more CPU per frame with them, and a decoder thread feeding one encoder
+  thread leaves the slower stage (encoding) alone on its core. On one core, decoding
+  (a background thread) overlaps encoding (the caller's thread).
 
 Both also return per-channel pixel statistics of a sample of frames (values in [0, 1],
 LeRobot's convention for camera stats), taken from keyframes on the remux path so no
@@ -21,9 +28,11 @@ other frame is decoded.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -40,8 +49,9 @@ PIX_FMT = "yuv420p"
 # frame), CRF 30 (`lerobot.datasets.video_utils._get_codec_options`). Preset ultrafast
 # (no CABAC, no B-frames): ~2.5x the encode speed of veryfast and cheaper to decode for
 # training loaders, for larger files; only cut or gappy footage is re-encoded, aligned
-# video is copied. Frame threads (``thread_type`` AUTO; PyAV's default, SLICE, makes x264
-# cut every frame into slices, which costs ~7 % more CPU).
+# video is copied. ``thread_type`` AUTO: frame threads when the encoder has several
+# (PyAV's default, SLICE, makes x264 cut every frame into slices, which costs ~7 % more
+# CPU); `reencode` gives it one thread (its decoder runs on another).
 ENCODER: dict[str, Any] = {
     "codec": "libx264",
     "options": {"preset": "ultrafast", "crf": "30", "g": "2"},
@@ -49,6 +59,9 @@ ENCODER: dict[str, Any] = {
 }
 # Decoded frames the decoding thread may run ahead of the encoder.
 DECODE_AHEAD = 8
+# Re-encoding in parts: at most this many, of at least this many rows each.
+MAX_PARTS = 8
+MIN_PART_ROWS = 300
 # Frames sampled for the camera statistics, and their size (long side, pixels).
 STATS_SAMPLES = 100
 STATS_LONG_SIDE = 160
@@ -173,9 +186,7 @@ def _histogram(frame: av.VideoFrame) -> np.ndarray:
     width = max(2, round(frame.width * min(scale, 1.0)))
     height = max(2, round(frame.height * min(scale, 1.0)))
     rgb = frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
-    flat = rgb.reshape(-1, 3)
-    offsets = flat.astype(np.int64) + np.arange(3) * 256
-    return np.bincount(offsets.ravel(), minlength=768).reshape(3, 256)
+    return np.stack([np.bincount(rgb[..., c].ravel(), minlength=256) for c in range(3)])
 
 
 def histogram_stats(histogram: np.ndarray, images: int) -> dict[str, np.ndarray]:
@@ -270,14 +281,19 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
 
 
 def add_encoder_stream(
-    out: av.container.OutputContainer, fps: int, width: int, height: int
+    out: av.container.OutputContainer, fps: int, width: int, height: int, threads: int = 0
 ) -> av.video.stream.VideoStream:
-    """An `ENCODER` stream (H.264 yuv420p, frame ``k`` at ``k / fps``) in ``out``."""
+    """An `ENCODER` stream (H.264 yuv420p, frame ``k`` at ``k / fps``) in ``out``.
+
+    ``threads``: the encoder's threads (0: as many as x264 picks for the machine; 1: it
+    encodes on the calling thread only). The bitstream is the same either way.
+    """
     ost = out.add_stream(ENCODER["codec"], rate=fps)
     ost.width, ost.height, ost.pix_fmt = width, height, PIX_FMT
     ost.time_base = Fraction(1, fps)
     ost.options = dict(ENCODER["options"])
     ost.thread_type = ENCODER["thread_type"]
+    ost.thread_count = threads
     return ost
 
 
@@ -328,7 +344,7 @@ def _decoded(
     needed = needed_packets(source, rows) if source is not None else None
     with av.open(str(src)) as inp:
         stream = inp.streams.video[0]
-        stream.thread_type = "AUTO"
+        stream.thread_count = 1  # this generator runs on its own thread (`reencode`)
         if needed is None or source is None:
             yield from enumerate(inp.decode(stream))
             return
@@ -413,12 +429,129 @@ def _ahead(items: Iterator[Any], depth: int) -> Iterator[Any]:
         thread.join()
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def part_starts(rows: np.ndarray, source: SourceVideo | None, parts: int) -> list[int]:
+    """First row of each part when ``rows`` are re-encoded in up to ``parts`` parts.
+
+    Parts have about equal numbers of rows, at least `MIN_PART_ROWS`. A boundary moves,
+    within a quarter of a part, to the nearest cut (a row that skips source frames: the
+    part before stops decoding there, the part after starts at the cut's group of
+    pictures, so the split decodes nothing twice), else to the nearest row that opens a
+    source group of pictures, and then to an even row: with GOP 2 every part then starts
+    at a frame the whole would also make a keyframe.
+    """
+    n = len(rows)
+    parts = max(1, min(parts, MAX_PARTS, n // MIN_PART_ROWS))
+    if parts == 1:
+        return [0]
+    ideal = (np.arange(1, parts) * n) // parts
+    reach = n // (4 * parts)
+    starts = ideal.copy()
+    placed = np.zeros(len(ideal), dtype=bool)
+    first_use = np.flatnonzero(np.diff(rows, prepend=-1) != 0)
+    keyframes = source.keyframes if source is not None else np.zeros(0, np.int64)
+    for candidates in (
+        np.flatnonzero(np.diff(rows) > 1) + 1,
+        first_use[np.isin(rows[first_use], keyframes)],
+    ):
+        if not len(candidates):
+            continue
+        at = np.searchsorted(candidates, ideal)
+        before = candidates[np.clip(at - 1, 0, len(candidates) - 1)]
+        after = candidates[np.clip(at, 0, len(candidates) - 1)]
+        nearest = np.where(np.abs(after - ideal) < np.abs(before - ideal), after, before)
+        take = ~placed & (np.abs(nearest - ideal) <= reach)
+        starts[take], placed = nearest[take], placed | take
+    starts = starts + starts % 2
+    return [0, *sorted({int(x) for x in starts if 0 < x < n})]
+
+
+def _encode_rows(
+    frames: Iterator[tuple[int, av.VideoFrame, np.ndarray | None]],
+    out: av.container.OutputContainer,
+    ost: av.video.stream.VideoStream,
+    first: int,
+    fps: int,
+) -> tuple[np.ndarray, int]:
+    """Encode ``frames`` (`_row_frames` of a part) as frames ``first + row``; flush.
+
+    Returns the summed RGB histogram of the sampled rows and their number.
+    """
+    histogram = np.zeros((3, 256), dtype=np.int64)
+    images = 0
+    for row, frame, counts in frames:
+        if counts is not None:
+            histogram += counts
+            images += 1
+        encode_frame(out, ost, frame, first + row, fps)
+    out.mux(ost.encode(None))
+    return histogram, images
+
+
+def _encode_part(
+    src: Path,
+    rows: np.ndarray,
+    source: SourceVideo | None,
+    sampled: set[int],
+    first: int,
+    fps: int,
+    size: tuple[int, int],
+    path: Path,
+) -> tuple[np.ndarray, int, bytes]:
+    """Encode a later part into the NUT file ``path`` (it keeps packets as the encoder
+    made them); its histogram, image count and the encoder's global header."""
+    with av.open(str(path), "w", format="nut") as part:
+        stream = add_encoder_stream(part, fps, *size, threads=1)
+        histogram, images = _encode_rows(
+            _row_frames(src, rows, source, sampled), part, stream, first, fps
+        )
+        return histogram, images, bytes(stream.codec_context.extradata or b"")
+
+
+def _append_part(
+    out: av.container.OutputContainer,
+    ost: av.video.stream.VideoStream,
+    path: Path,
+    first: int,
+    count: int,
+    fps: int,
+) -> None:
+    """Copy the packets of the part in ``path`` (frames ``first`` .. ``first + count - 1``)
+    into ``ost``, frame ``k`` at ``k / fps``."""
+    time_base = Fraction(1, fps)
+    shown = []
+    with av.open(str(path), format="nut") as part:
+        stream = part.streams.video[0]
+        for packet in part.demux(stream):
+            if not packet.size:
+                continue
+            assert packet.pts is not None and packet.time_base is not None
+            scale = packet.time_base * fps
+            packet.pts = round(packet.pts * scale)
+            packet.dts = round((packet.dts if packet.dts is not None else 0) * scale)
+            packet.duration = 1
+            packet.time_base = time_base
+            packet.stream = ost
+            shown.append(packet.pts)
+            out.mux(packet)
+    if sorted(shown) != list(range(first, first + count)):
+        raise RuntimeError(f"{path}: holds frames {shown[:3]}..., not {first}..{first + count - 1}")
+
+
 def reencode(
     src: Path,
     dst: Path,
     fps: int,
     frame_for_row: np.ndarray,
     source: SourceVideo | None = None,
+    parts: int | None = None,
 ) -> VideoResult:
     """Write row ``k`` of the mp4 ``dst`` from source frame ``frame_for_row[k]``, re-encoded.
 
@@ -429,7 +562,10 @@ def reencode(
         frame_for_row: (N,) int64 presentation index of the source frame of each row,
             non-decreasing (rows repeat or skip source frames, never go back).
         source: `inspect_video` of ``src`` when the caller has it: groups of pictures
-            no row uses are then not decoded.
+            no row uses are then not decoded, and parts start at the source's keyframes.
+        parts: encode in up to this many parts at once (default: one per available core;
+            see `part_starts`). Each part's scratch file sits beside ``dst`` (named
+            ``.<dst name>.part-<i>.nut``) and is removed before this returns.
 
     Raises:
         ValueError: ``frame_for_row`` goes back, or names a frame the source lacks.
@@ -438,20 +574,65 @@ def reencode(
     if len(rows) and (np.diff(rows) < 0).any():
         raise ValueError(f"{src}: rows must take source frames in order")
     sampled = set(_sample(len(rows), STATS_SAMPLES).tolist())
-    histogram = np.zeros((3, 256), dtype=np.int64)
-    images = 0
     with av.open(str(src)) as probe:
         ctx = probe.streams.video[0].codec_context
-        width, height = int(ctx.width), int(ctx.height)
-    with av.open(str(dst), "w", format="mp4", options=MUX_OPTIONS) as out:
-        ost = add_encoder_stream(out, fps, width, height)
-        for row, frame, counts in _ahead(_row_frames(src, rows, source, sampled), DECODE_AHEAD):
-            if counts is not None:
-                histogram += counts
-                images += 1
-            encode_frame(out, ost, frame, row, fps)
-        out.mux(ost.encode(None))
+        size = (int(ctx.width), int(ctx.height))
+    starts = part_starts(rows, source, available_cores() if parts is None else parts)
+    bounds = list(zip(starts, [*starts[1:], len(rows)], strict=True))
+    scratch = [dst.with_name(f".{dst.name}.part-{i}.nut") for i in range(1, len(bounds))]
+    try:
+        with av.open(str(dst), "w", format="mp4", options=MUX_OPTIONS) as out:
+            ost = add_encoder_stream(out, fps, *size, threads=1)
+            if len(bounds) == 1:
+                frames = _ahead(_row_frames(src, rows, source, sampled), DECODE_AHEAD)
+                histogram, images = _encode_rows(frames, out, ost, 0, fps)
+            else:
+                histogram, images = _encode_in_parts(
+                    src, rows, source, sampled, bounds, scratch, out, ost, fps, size
+                )
+    finally:
+        for path in scratch:
+            path.unlink(missing_ok=True)
     return VideoResult(len(rows), False, PixelStats(histogram, images))
+
+
+def _encode_in_parts(
+    src: Path,
+    rows: np.ndarray,
+    source: SourceVideo | None,
+    sampled: set[int],
+    bounds: list[tuple[int, int]],
+    scratch: list[Path],
+    out: av.container.OutputContainer,
+    ost: av.video.stream.VideoStream,
+    fps: int,
+    size: tuple[int, int],
+) -> tuple[np.ndarray, int]:
+    """`reencode` with one thread per part: the first into ``ost``, the others into
+    ``scratch`` files, whose packets are then appended in order."""
+
+    def part_sample(a: int, b: int) -> set[int]:
+        return {row - a for row in sampled if a <= row < b}
+
+    (a0, b0), later = bounds[0], bounds[1:]
+    with ThreadPoolExecutor(len(later), thread_name_prefix="lerobot-video-part") as pool:
+        jobs = [
+            pool.submit(_encode_part, src, rows[a:b], source, part_sample(a, b), a, fps, size, path)
+            for (a, b), path in zip(later, scratch, strict=True)
+        ]
+        frames = _row_frames(src, rows[a0:b0], source, part_sample(a0, b0))
+        histogram, images = _encode_rows(frames, out, ost, 0, fps)
+        results = [job.result() for job in jobs]
+    header = bytes(ost.codec_context.extradata or b"")
+    for (a, b), path, (counts, sampled_images, part_header) in zip(
+        later, scratch, results, strict=True
+    ):
+        if part_header != header:  # same settings and size: x264 writes the same SPS/PPS
+            raise RuntimeError(f"{path}: encoded with other parameter sets than {ost}")
+        _append_part(out, ost, path, a, b - a, fps)
+        histogram += counts
+        images += sampled_images
+    return histogram, images
 
 
 def encode_rgb(dst: Path, frames: Iterator[np.ndarray], fps: int, width: int, height: int) -> int:
