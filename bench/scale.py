@@ -521,35 +521,25 @@ def sensor_tick_times(gql: GraphQL, sensor_name: str) -> list[dict[str, Any]]:
 class Browser:
     """Headless Chromium (selenium) recording the GraphQL documents the UI posts."""
 
-    CHROMIUM = Path("/usr/bin/chromium")
-    DRIVER = Path("/usr/bin/chromedriver")
-
     def __init__(self, profile: Path) -> None:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
+        from ego_assets_tests.browser import headless_chromium
 
-        options = webdriver.ChromeOptions()
-        options.binary_location = str(self.CHROMIUM)
-        for arg in (
-            "--headless",
-            "--no-sandbox",
+        self.driver = headless_chromium(
+            profile,
+            (1600, 1000),
             "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--window-size=1600,1000",
-            f"--user-data-dir={profile}",
-        ):
-            options.add_argument(arg)
-        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-        self.driver = webdriver.Chrome(options=options, service=Service(str(self.DRIVER)))
-        self.driver.set_page_load_timeout(900)
+            capabilities={"goog:loggingPrefs": {"performance": "ALL"}},
+            page_load_timeout_s=900,
+        )
         self._posts: list[dict[str, Any]] = []
         self._request_ids: dict[str, str | None] = {}
         self._finished: set[str] = set()
 
     @classmethod
     def available(cls) -> bool:
-        return cls.CHROMIUM.exists() and cls.DRIVER.exists()
+        from ego_assets_tests.browser import chromium_available
+
+        return chromium_available()
 
     def _drain(self) -> None:
         """Move new performance-log entries into the recorded posts and finished ids."""

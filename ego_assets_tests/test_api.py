@@ -39,6 +39,7 @@ from ego_assets.catalog.receipts import read_receipt
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+from ego_assets_tests.browser import MISSING, chromium_available, headless_chromium
 from ego_assets_tests.conftest import S3Server
 from ego_assets_tests.processes import (
     BIN,
@@ -411,15 +412,9 @@ def test_folder_exports_download_as_one_tar(api: Api, route: str, fmt: str) -> N
     assert err.value.code == 403
 
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-
-
 def test_captures_page_from_click_to_downloaded_file(api: Api, tmp_path: Path) -> None:
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.skip("Debian chromium + chromium-driver not installed (make system-deps)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    if not chromium_available():
+        pytest.skip(MISSING)
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -429,26 +424,13 @@ def test_captures_page_from_click_to_downloaded_file(api: Api, tmp_path: Path) -
     add_waiver(api.storage, WEB, "episode/duration_s", "short takes are fine", "test")
     downloads = tmp_path / "downloads"
     downloads.mkdir()
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless",
-        "--no-sandbox",
+    driver = headless_chromium(
+        tmp_path / "profile",
+        (1600, 900),
         "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
         "--disable-sync",
-        "--window-size=1600,900",
-        f"--user-data-dir={tmp_path / 'profile'}",
-    ):
-        options.add_argument(arg)
-    options.add_experimental_option(
-        "prefs",
-        {"download.default_directory": str(downloads), "download.prompt_for_download": False},
+        prefs={"download.default_directory": str(downloads), "download.prompt_for_download": False},
     )
-    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
-    driver.set_page_load_timeout(60)
     try:
         driver.execute_cdp_cmd(
             "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)}

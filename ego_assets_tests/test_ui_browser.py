@@ -28,12 +28,11 @@ from ego_assets.defs.catalog import CATALOG_RESOURCES
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.defs.resources import StorageResource
 from ego_assets.synth import synthesize
+from ego_assets_tests.browser import MISSING, chromium_available, headless_chromium
 from ego_assets_tests.processes import free_port, start, stop, wait_http_ok, webserver_args
 
 log = logging.getLogger(__name__)
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 CAPTURE_KEY = "ui-webxr-0001"
 BLOCKED_KEY = "ui-webxr-lost"
 ASSET_NAMES = ("raw_capture", "trajectory", "quality_report")
@@ -87,28 +86,16 @@ def served(tmp_path: Path) -> Iterator[Served]:
 @pytest.fixture
 def browser(tmp_path: Path):
     """Headless Chromium with a fresh profile, quit after the test."""
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.skip("Debian chromium + chromium-driver not installed (make system-deps)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless",
-        "--no-sandbox",
+    if not chromium_available():
+        pytest.skip(MISSING)
+    driver = headless_chromium(
+        tmp_path / "chromium-profile",
+        (1920, 1080),
         "--disable-gpu",
         "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
         "--disable-sync",
-        "--window-size=1920,1080",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
-    driver.set_page_load_timeout(WAIT_S)
+        page_load_timeout_s=WAIT_S,
+    )
     try:
         yield driver
     finally:

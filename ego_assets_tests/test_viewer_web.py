@@ -24,10 +24,9 @@ from ego_assets.capture import read_capture
 from ego_assets.synth import synthesize
 from ego_assets.viewer.episode import serve_web
 from ego_assets.viewer.recording import build_recording
+from ego_assets_tests.browser import MISSING, chromium_available, headless_chromium
 from ego_assets_tests.processes import free_port
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 LOAD_WAIT_S = 300
 SCREENSHOT_WAIT_S = 180
 # Read the viewer's active recording as base64 (chunked: String.fromCharCode limits).
@@ -63,31 +62,20 @@ def _entities(path: Path) -> set[str]:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[object]:
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.skip("Debian chromium + chromium-driver not installed (make system-deps)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
+    if not chromium_available():
+        pytest.skip(MISSING)
+    driver = headless_chromium(
+        tmp_path / "chromium-profile",
+        (1024, 640),
         "--headless=new",
-        "--no-sandbox",
-        "--window-size=1024,640",
         # WebGL 2 on the CPU (SwiftShader): the machine has no GPU
         "--use-angle=swiftshader",
         "--enable-unsafe-swiftshader",
         "--ignore-gpu-blocklist",
         # nothing but loopback resolves: the page's fonts and Rerun's telemetry stay off
         "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
-    driver.set_page_load_timeout(120)
+        page_load_timeout_s=120,
+    )
     driver.set_script_timeout(60)
     try:
         yield driver
