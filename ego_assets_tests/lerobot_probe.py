@@ -5,7 +5,8 @@ Usage: ``python lerobot_probe.py REQUEST.json RESULT.json FRAMES.npz``. The requ
 ``len``, ``num_episodes``, the first and last item of every episode (indices, timestamp,
 task), the ``_is_pad`` masks of a ``delta_timestamps`` load at those items, and the stats
 that ``meta.stats`` carries; the decoded camera frames of those items go to FRAMES.npz
-as uint8 HWC arrays named ``<name>/<dataset index>``.
+as uint8 HWC arrays named ``<name>/<dataset index>``, with those of the entry's optional
+``"frames"`` (more dataset indices).
 
 This file must not import ego_assets: it runs beside lerobot's own pins, not ours.
 """
@@ -60,6 +61,9 @@ def probe(entry: dict) -> tuple[dict, dict[str, np.ndarray]]:
                 }
             )
         out["episodes"].append(items)
+    for i in entry.get("frames", []):
+        image = ds[i][camera].numpy().transpose(1, 2, 0)
+        frames[f"{name}/{i}"] = np.round(image * 255).astype(np.uint8)
     out["stats"] = {
         feature: {k: list(np.asarray(v).shape) for k, v in stats.items()}
         for feature, stats in (ds.meta.stats or {}).items()

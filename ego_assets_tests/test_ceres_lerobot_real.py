@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ego_assets.formats import lerobot_video
+from ego_assets.formats.ceres_episode import build_rows
 from ego_assets.formats.ceres_lerobot import CAMERA_KEY, shard_name, write_shard
 from ego_assets.formats.ceres_merge import merge_shards
 from ego_assets_tests.ceres_helpers import data_rows, shifted_copy, synth_capture
@@ -26,11 +28,13 @@ from ego_assets_tests.ceres_helpers import data_rows, shifted_copy, synth_captur
 REPO = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).with_name("lerobot_probe.py")
 FPS = 30
-# (key, kind, seed, faults, episode index): the indices are not 0..n-1 on purpose
+# (key, kind, seconds, seed, faults, episode index): the indices are not 0..n-1 on
+# purpose; the retried WebXR capture is long enough (675 rows) to be re-encoded in two
+# parts on a machine with two cores or more
 CAPTURES = (
-    ("r-webxr-retry", "webxr", 31, ("retried_segment",), 4),
-    ("r-iphone", "holos-iphone", 32, (), 9),
-    ("r-mano", "mano-video", 33, (), 12),
+    ("r-webxr-retry", "webxr", 30.0, 31, ("retried_segment",), 4),
+    ("r-iphone", "holos-iphone", 2.0, 32, (), 9),
+    ("r-mano", "mano-video", 2.0, 33, (), 12),
 )
 
 
@@ -55,15 +59,25 @@ def loaded(tmp_path_factory):
     if python is None:
         pytest.skip("no lerobot environment (make lerobot-env)")
     root = tmp_path_factory.mktemp("lerobot-real")
-    shards, sources = {}, {}
-    for key, kind, seed, faults, index in CAPTURES:
-        trajectory, raw = synth_capture(root / "raw", kind, key, seed=seed, faults=faults)
+    shards, sources, boundaries = {}, {}, []
+    for key, kind, seconds, seed, faults, index in CAPTURES:
+        trajectory, raw = synth_capture(
+            root / "raw", kind, key, seconds=seconds, seed=seed, faults=faults
+        )
         shard = root / "shards" / shard_name(index)
         shard.mkdir(parents=True)
         write_shard(trajectory, raw, index, shard)
         shards[key] = shard
         camera = next(m for m in trajectory.media if m.kind == "video")
         sources[key] = _decode(raw / camera.path)
+        if "retried_segment" in faults:  # its video went through `reencode`, in parts
+            starts = lerobot_video.part_starts(
+                build_rows(trajectory).frame_for_row,
+                lerobot_video.inspect_video(raw / camera.path),
+                lerobot_video.available_cores(),
+            )
+            assert len(starts) == min(2, lerobot_video.available_cores())
+            boundaries = [i for start in starts[1:] for i in (start - 1, start)]
     merged = root / "merged"
     merged.mkdir()
     merge_shards(list(shards.values()), merged)
@@ -72,8 +86,10 @@ def loaded(tmp_path_factory):
         "webxr": shifted_copy(shards["r-webxr-retry"], root / "view-webxr"),
         "mano": shifted_copy(shards["r-mano"], root / "view-mano"),
     }
+    # the webxr view also reads the rows either side of each part boundary
     request = [
         {"name": name, "root": str(path), "fps": FPS, "camera": CAMERA_KEY}
+        | ({"frames": boundaries} if name == "webxr" else {})
         for name, path in views.items()
     ]
     (root / "request.json").write_text(json.dumps(request))
@@ -162,6 +178,13 @@ def _check_images(loaded, name: str) -> None:
             want = source[rows["ceres.source_frame_index"][i]].astype(np.float64)
             assert image.shape == want.shape
             assert np.abs(image - want).mean() / 255 < 0.02, (name, i)
+    if name == "webxr":  # one episode, from index 0: the frames around each part boundary
+        boundaries = [int(k.split("/")[1]) for k in frames if k.startswith("webxr/")]
+        assert len(boundaries) == 2 + 2 * (min(2, lerobot_video.available_cores()) - 1)
+        for i in boundaries:
+            image = frames[f"webxr/{i}"].astype(np.float64)
+            want = sources["r-webxr-retry"][rows["ceres.source_frame_index"][i]].astype(float)
+            assert np.abs(image - want).mean() / 255 < 0.02, i
 
 
 def _check_stats(loaded) -> None:

@@ -441,7 +441,7 @@ def part_starts(rows: np.ndarray, source: SourceVideo | None, parts: int) -> lis
     """First row of each part when ``rows`` are re-encoded in up to ``parts`` parts.
 
     Parts have about equal numbers of rows, at least `MIN_PART_ROWS`. A boundary moves,
-    within a quarter of a part, to the nearest cut (a row that skips source frames: the
+    within an eighth of a part, to the nearest cut (a row that skips source frames: the
     part before stops decoding there, the part after starts at the cut's group of
     pictures, so the split decodes nothing twice), else to the nearest row that opens a
     source group of pictures, and then to an even row: with GOP 2 every part then starts
@@ -452,7 +452,7 @@ def part_starts(rows: np.ndarray, source: SourceVideo | None, parts: int) -> lis
     if parts == 1:
         return [0]
     ideal = (np.arange(1, parts) * n) // parts
-    reach = n // (4 * parts)
+    reach = n // (8 * parts)
     starts = ideal.copy()
     placed = np.zeros(len(ideal), dtype=bool)
     first_use = np.flatnonzero(np.diff(rows, prepend=-1) != 0)
