@@ -34,7 +34,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,7 +44,7 @@ from upath import UPath
 
 from ego_assets.keys import validate_capture_key
 from ego_assets.progress import UPLOAD_TASK, report
-from ego_assets.trajectory.store import atomic_directory, write_file_atomic
+from ego_assets.trajectory.store import atomic_directory, remove_leftovers, write_file_atomic
 
 # The raw copy's layout, ``raw/<key>/``: the platform's manifest (its index file) beside
 # ``capture/``, the capture's own files unchanged. Exporters, the viewer and the catalog
@@ -77,25 +76,6 @@ def exclusive_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
-
-
-def remove_leftovers(target: Path) -> list[Path]:
-    """Delete the hidden siblings a killed local write of ``target`` left behind (its
-    ``.<name>.<random>.tmp`` staging folder, its ``.<name>.old-<pid>`` previous version).
-
-    Called by `Storage.write_to` while it holds the target's writer lock, so no live
-    writer's staging folder can be among them.
-    """
-    if not target.parent.is_dir():
-        return []
-    stale = sorted(
-        p
-        for p in target.parent.glob(f".{target.name}.*")
-        if p.is_dir() and (p.name.endswith(".tmp") or ".old-" in p.name)
-    )
-    for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
-    return stale
 
 
 STAGES = ("raw", "trajectory", "quality", "exports", "catalog")
@@ -177,7 +157,7 @@ class Storage:
         """
         if is_local(target):
             path = Path(target.path)
-            with self._writer_lock(path):
+            with self._writer_lock(path):  # no live writer's staging folder is a leftover
                 remove_leftovers(path)
                 with atomic_directory(path) as tmp:
                     yield tmp

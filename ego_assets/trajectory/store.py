@@ -38,6 +38,10 @@ STREAMS_DIR = "streams"
 # zstd level 1 over byte-stream-split floats, no dictionaries: sensor floats rarely
 # repeat; this writes ~3x faster than zstd defaults and, per component, ~4x smaller.
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionary": False}
+# `atomic_directory`'s hidden siblings of a target: ``.<name>.<random>.tmp`` while it is
+# written, ``.<name>.old-<pid>`` (the previous version) while it is swapped in.
+STAGING_SUFFIX = ".tmp"
+OLD_MARK = ".old-"
 
 
 def component_names(name: str, shape: tuple[int, ...]) -> list[str]:
@@ -148,16 +152,20 @@ def write_file_atomic(path: Path, data: bytes) -> Path:
 def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield a temporary folder next to ``target`` that replaces it on success.
 
-    On error the temporary folder is removed and ``target`` is left as it was.
+    On error the temporary folder is removed and ``target`` is left as it was. A killed
+    process leaves it (and, mid-swap, the moved-aside old version) behind: see
+    `remove_leftovers`.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp = Path(
+        tempfile.mkdtemp(prefix=f".{target.name}.", suffix=STAGING_SUFFIX, dir=target.parent)
+    )
     try:
         yield tmp
         old = None
         if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            old = target.with_name(f".{target.name}{OLD_MARK}{os.getpid()}")
             os.replace(target, old)
         os.replace(tmp, target)
         if old is not None:
@@ -165,6 +173,25 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def remove_leftovers(target: Path) -> list[Path]:
+    """Delete the hidden siblings a killed `atomic_directory` of ``target`` left behind (its
+    ``.<name>.<random>.tmp`` staging folder, its ``.<name>.old-<pid>`` previous version).
+
+    Only safe while no other writer of ``target`` runs (`Storage.write_to` calls it under
+    the target's writer lock).
+    """
+    if not target.parent.is_dir():
+        return []
+    stale = sorted(
+        p
+        for p in target.parent.glob(f".{target.name}.*")
+        if p.is_dir() and (p.name.endswith(STAGING_SUFFIX) or OLD_MARK in p.name)
+    )
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
 
 
 def stream_index_entry(stream: Stream) -> dict[str, Any]:
