@@ -40,7 +40,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,7 @@ from bench.egosmith import _upscaled_video
 from ego_assets.capture import read_capture
 from ego_assets.formats.ceres_episode import build_rows
 from ego_assets.formats.ceres_lerobot import write_shard
-from ego_assets.formats.lerobot_video import add_encoder_stream
+from ego_assets.formats.lerobot_video import add_encoder_stream, encode_frame
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.model import Trajectory
 
@@ -82,10 +81,7 @@ def bare_encode(video: Path, out: Path, frame_for_row: np.ndarray, fps: int) -> 
             while position < wanted:
                 current, position = next(frames), position + 1
             assert current is not None
-            current.pts = count
-            current.time_base = Fraction(1, fps)
-            current.pict_type = av.video.frame.PictureType.NONE
-            outp.mux(stream.encode(current))
+            encode_frame(outp, stream, current, count, fps)
             count += 1
         outp.mux(stream.encode(None))
     return count

@@ -266,18 +266,30 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
                         images += 1
                     decoded += 1
             dts = packet.dts if packet.dts is not None else packet.pts
-            packet.pts = index
-            packet.dts = (dts - offset) // step
-            packet.duration = 1
-            packet.time_base = out_tb
-            packet.stream = ost
-            out.mux(packet)
+            _mux_copied(out, ost, packet, index, (dts - offset) // step, out_tb)
         for frame in ist.codec_context.decode(None):
             if not decode_all or decoded in sampled:
                 histogram += _histogram(frame)
                 images += 1
             decoded += 1
     return VideoResult(info.frames, True, PixelStats(histogram, images))
+
+
+def _mux_copied(
+    out: av.container.OutputContainer,
+    ost: av.video.stream.VideoStream,
+    packet: av.Packet,
+    pts: int,
+    dts: int,
+    time_base: Fraction,
+) -> None:
+    """Mux a copied ``packet`` into ``ost`` as frame ``pts`` (decoded at ``dts``), one
+    frame long, both in ``time_base`` (1 / fps)."""
+    packet.pts, packet.dts = pts, dts
+    packet.duration = 1
+    packet.time_base = time_base
+    packet.stream = ost
+    out.mux(packet)
 
 
 def add_encoder_stream(
@@ -344,7 +356,7 @@ def _decoded(
     needed = needed_packets(source, rows) if source is not None else None
     with av.open(str(src)) as inp:
         stream = inp.streams.video[0]
-        stream.thread_count = 1  # this generator runs on its own thread (`reencode`)
+        stream.thread_count = 1  # `reencode` gives each decoder a thread of its own
         if needed is None or source is None:
             yield from enumerate(inp.decode(stream))
             return
@@ -534,13 +546,9 @@ def _append_part(
                 continue
             assert packet.pts is not None and packet.time_base is not None
             scale = packet.time_base * fps
-            packet.pts = round(packet.pts * scale)
-            packet.dts = round((packet.dts if packet.dts is not None else 0) * scale)
-            packet.duration = 1
-            packet.time_base = time_base
-            packet.stream = ost
-            shown.append(packet.pts)
-            out.mux(packet)
+            dts = packet.dts if packet.dts is not None else packet.pts
+            shown.append(round(packet.pts * scale))
+            _mux_copied(out, ost, packet, shown[-1], round(dts * scale), time_base)
     if sorted(shown) != list(range(first, first + count)):
         raise RuntimeError(f"{path}: holds frames {shown[:3]}..., not {first}..{first + count - 1}")
 
