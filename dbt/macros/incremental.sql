@@ -8,11 +8,11 @@
   captures that already had a row, always present, with the watermark and the changed
   keys as subqueries), DuckDB overestimated the changed keys and built its hash tables on
   each staged table's million older rows: 0.9 s for 10,000 new captures. So the
-  incremental models first look up what changed, as literals, with small queries that
-  dbt runs while it compiles the model (`catalog_lookup`), and render only the SQL the
-  change needs: usually just the rows of the newer batches.
+  incremental model (`episodes`) first looks up what changed, as literals, with one small
+  query that dbt runs while it compiles the model (`catalog_lookup`), and renders only the
+  SQL the change needs: usually just the rows of the newer batches.
 
-  They are built by the `catalog_incremental` materialization
+  It is built by the `catalog_incremental` materialization
   (macros/catalog_incremental.sql), which the look-up tells, through one comment line in
   the compiled SQL (`catalog_plan`), whether to rebuild the table or to insert the new rows
   and delete the older rows they replace.
@@ -111,9 +111,9 @@
         'formats_changed': '(select count(*) from ' ~ source('platform', 'export_formats')
                            ~ ' where _batch > ' ~ catalog_watermark_sql() ~ ')',
         'changed_items': '(select count(*) from ' ~ source('platform', 'item_versions')
-                        ~ ' where _batch > ' ~ catalog_watermark_sql() ~ ')',
-      'threads': "current_setting('threads')",
-      'old_keys': '(select count(*) from ' ~ source('platform', 'item_versions')
+                         ~ ' where _batch > ' ~ catalog_watermark_sql() ~ ')',
+        'threads': "current_setting('threads')",
+        'old_keys': '(select count(*) from ' ~ source('platform', 'item_versions')
                     ~ ' where _batch > ' ~ catalog_watermark_sql()
                     ~ ' and coalesce(first_batch, -1) <= ' ~ catalog_watermark_sql() ~ ')',
       }) -%}
