@@ -1,6 +1,7 @@
 """Benchmark: build the Rerun recording of a 10-minute Vision Pro capture.
 
 ``python -m bench view [--json FILE] [--seconds 600] [--repeats 3] [--capture DIR]``
+(a smoke run: ``--seconds 2 --repeats 1``)
 
 Synthesizes a Vision Pro capture (or takes ``--capture``: an existing raw capture folder),
 normalizes it into a trajectory folder, then times, in one process, `read_trajectory`
@@ -94,10 +95,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs")
     parser.add_argument("--capture", type=Path, help="use this raw capture folder instead")
     args = parser.parse_args(argv)
+    if args.seconds <= 0 or args.repeats < 1:
+        parser.error("--seconds must be > 0 and --repeats >= 1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with tempfile.TemporaryDirectory(prefix="bench-view-") as tmp:
         work = Path(tmp)
-        capture = args.capture or synthesize("holos-visionpro", work / "capture", args.seconds)
+        capture = args.capture or synthesize(
+            "holos-visionpro", work / "capture", seconds=args.seconds, seed=0
+        )
         result = run(capture, work, args.repeats)
     report(_table(result), result, args.json)
     return 0
