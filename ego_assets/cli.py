@@ -9,6 +9,7 @@ Commands:
     view     write an episode's Rerun recording and open it (native or web viewer)
     validate check an exported file against its format and print every deviation
     catalog  print the dataset catalog's composition and export coverage (or run --sql)
+    import   land the episodes of an existing dataset as captures (docs/importers.md)
 """
 
 from __future__ import annotations
@@ -562,9 +563,94 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.add_argument("--apply", action="store_true", help="migrate (default: dry run)")
     migrate.set_defaults(func=_migrate)
+    _add_import_parser(sub)
     for command in sub.choices.values():
         command.formatter_class = _HelpFormatter
     return parser
+
+
+def _add_import_parser(sub: Any) -> None:
+    from ego_assets.importers import IMPORTERS
+
+    imp = sub.add_parser(
+        "import",
+        help="land the episodes of an existing dataset as captures (docs/importers.md)",
+        description=(
+            "Land every episode of SRC (a folder or s3:// prefix) in the landing zone as an\n"
+            "ordinary capture: its files byte for byte, ego_provenance.json, the marker last.\n"
+            "Each episode is read with its capture reader first; a bad one is reported and\n"
+            "the others still land. Episodes already landed (or with a raw copy) are\n"
+            "skipped, so running it again lands only what is missing. Exit code 1 when any\n"
+            "episode failed."
+        ),
+    )
+    imp.add_argument("kind", metavar="KIND", choices=sorted(IMPORTERS), help="source kind")
+    imp.add_argument("src", metavar="SRC", help="dataset folder or s3://bucket/prefix")
+    imp.add_argument(
+        "--data",
+        default=os.environ.get("EGO_DATA_DIR", "data"),
+        help="data root: a folder or s3://bucket/prefix ($EGO_DATA_DIR)",
+    )
+    imp.add_argument(
+        "--landing",
+        default=os.environ.get("EGO_LANDING_DIR"),
+        help="landing zone (default: <data>/landing; $EGO_LANDING_DIR)",
+    )
+    imp.add_argument(
+        "--endpoint-url",
+        default=os.environ.get("EGO_S3_ENDPOINT_URL"),
+        help="S3 API endpoint for s3:// locations (EGO_S3_ENDPOINT_URL)",
+    )
+    imp.add_argument("--limit", type=int, help="import at most N episodes (landed or failed)")
+    imp.add_argument("--dataset-version", help="the dataset's version, kept in the provenance")
+    imp.add_argument(
+        "--licence-file",
+        type=Path,
+        help="licence text to keep with the data (default: SRC's LICENSE file, else the "
+        "dataset's stated licence)",
+    )
+    imp.set_defaults(func=_import)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from ego_assets.importers import get_importer
+    from ego_assets.importers.core import import_source, open_source
+    from ego_assets.storage import Storage
+
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be >= 1")
+    options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
+    licence = None
+    if args.licence_file is not None:
+        licence = _existing_file(args.licence_file, "licence file").read_text(encoding="utf-8")
+    importer = get_importer(args.kind)
+    source = open_source(
+        args.src,
+        importer,
+        storage_options=options,
+        dataset_version=args.dataset_version,
+        licence_text=licence,
+    )
+    storage = Storage(args.data, landing=args.landing, storage_options=options)
+
+    def tell(status: str, name: str, detail: str) -> None:
+        if status == "failed":
+            print(f"error: {detail}", file=sys.stderr)
+        else:
+            print(f"{status:8} {name}  ({detail})")
+
+    summary = import_source(storage, importer, source, limit=args.limit, on_result=tell)
+    print(
+        f"{args.kind}: {len(summary.landed)} landed, {len(summary.skipped)} already there, "
+        f"{len(summary.failed)} failed -> {storage.landing}"
+    )
+    return 1 if summary.failed else 0
+
+
+def _existing_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise UsageError(f"{what} {str(path)!r} is not a file")
+    return path
 
 
 def _check_sets(sets: int | None) -> int | None:
