@@ -21,20 +21,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
+from ego_assets.exports import registry
 from ego_assets.keys import validate_capture_key
 
 CAPTURE_SETS_ENV = "EGO_CAPTURE_SETS"
 DEFAULT_CAPTURE_SETS = 1
 MAX_CAPTURE_SETS = 999  # the prefix has three digits: s001 .. s999
-# The per-capture assets every set has, in pipeline order (exporters last).
-PER_CAPTURE_ASSETS = (
-    "raw_capture",
-    "trajectory",
-    "quality_report",
-    "holos_hdf5",
-    "egosmith_shards",
-    "ceres_episode",
-)
+# The per-capture assets every set has, in pipeline order (exporters last, as registered).
+PER_CAPTURE_ASSETS = ("raw_capture", "trajectory", "quality_report", *registry.names())
 _MASK64 = (1 << 64) - 1
 _JUMP_MULTIPLIER = 2862933555777941757
 

@@ -10,7 +10,7 @@
   export) -> one multi-episode dataset at ``exports/ceres-lerobot-v3-dataset/``.
 
 Callers check the export gate first (`ego_assets.pipeline.require_export_gate` with
-`POLICY_EXPORT`) and pass its data version.
+``CERES.policy_key``) and pass its data version.
 
 Crash safety: the shard folder is written in a temporary sibling and renamed into
 place (local), or uploaded with ``lineage.json`` last (S3), so a killed export leaves
@@ -30,6 +30,7 @@ from typing import Any
 from upath import UPath
 
 from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
+from ego_assets.exports.registry import CERES
 from ego_assets.formats.ceres_lerobot import CODE_VERSION, FORMAT_NAME, shard_name, write_shard
 from ego_assets.formats.ceres_merge import MERGE_FILE, MERGE_VERSION, merge_shards
 from ego_assets.pipeline import LINEAGE_FILE, StepResult, stored_gate
@@ -39,8 +40,7 @@ from ego_assets.trajectory.store import read_trajectory
 
 SHARDS_DIR = "shards"
 DATASET_FOLDER = f"{FORMAT_NAME}-dataset"
-POLICY_EXPORT = "lerobot"  # this exporter's name in ego_assets/quality/policy.toml
-RECEIPT_FORMAT = "ceres_episode"  # the per-episode asset's name (receipts/<format>/)
+RECEIPT_FORMAT = CERES.name  # receipts/<format>/
 
 
 def export_root(storage: Storage, key: str) -> UPath:
@@ -157,7 +157,7 @@ def current_shards(storage: Storage) -> list[CurrentShard]:
             continue
         lineage = stored_lineage(storage, key)
         gate = stored_gate(storage, key) if lineage else None
-        if lineage is None or gate is None or not gate.allows(POLICY_EXPORT):
+        if lineage is None or gate is None or not gate.allows(CERES.policy_key):
             continue
         location = export_root(storage, key) / lineage["shard"]
         index = int(lineage["episode_index"])

@@ -27,6 +27,7 @@ from ego_assets.defs.sensors import (
     build_landing_sensor,
     sensor_interval_s,
 )
+from ego_assets.exports import registry
 
 
 def per_capture_assets(cs: CaptureSet) -> list[dg.AssetsDefinition]:
@@ -42,9 +43,9 @@ def per_capture_assets(cs: CaptureSet) -> list[dg.AssetsDefinition]:
 
 
 def _exporters(assets: list[dg.AssetsDefinition]) -> list[dg.AssetsDefinition]:
-    """holos_hdf5, ceres_episode and egosmith_shards of one set, in that order."""
+    """One set's exporter assets, in registry order."""
     by_name = {a.key.path[-1]: a for a in assets}
-    return [by_name["holos_hdf5"], by_name["ceres_episode"], by_name["egosmith_shards"]]
+    return [by_name[name] for name in registry.names()]
 
 
 def build_assets(sets: int) -> tuple[list[Any], list[dg.UnresolvedAssetJobDefinition]]:

@@ -22,6 +22,7 @@ import json
 from upath import UPath
 
 from ego_assets.catalog.receipts import make_receipt, write_receipt
+from ego_assets.exports.registry import HOLOS
 from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION, FORMAT_NAME, write_file
 from ego_assets.pipeline import StepResult, require_export_gate
 from ego_assets.progress import READ_TASK, report
@@ -29,9 +30,6 @@ from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.trajectory.store import read_trajectory
 
 NOTES_FILE = "export_notes.json"
-# This export's name in the export policy (ego_assets/quality/policy.toml): the
-# robomimic-layout export.
-POLICY_EXPORT = "robomimic"
 
 
 def export_dir(storage: Storage, key: str) -> UPath:
@@ -67,7 +65,7 @@ def export_holos_hdf5(
     Raises:
         ExportBlockedError: the export policy blocks this episode (nothing written).
     """
-    gate = require_export_gate(storage, key, POLICY_EXPORT)
+    gate = require_export_gate(storage, key, HOLOS.policy_key)
     version = export_version(gate.data_version, decode_frames)
     target = export_dir(storage, key)
     notes = stored_notes(storage, key)

@@ -8,8 +8,9 @@ import pytest
 from ego_assets.api.config import ConfigError, hash_token, parse_config
 from ego_assets.api.links import LinkSigner, artefact_name, is_file
 from ego_assets.catalog.receipts import ExportReceipt
-from ego_assets.defs.exports import EXPORT_ROUTES, export_target
+from ego_assets.defs.exports import export_target
 from ego_assets.errors import CaptureKeyError
+from ego_assets.exports import registry
 from ego_assets.progress import export_fraction
 
 SHA = "a" * 64
@@ -104,7 +105,7 @@ def test_export_target_is_the_one_mapping() -> None:
     target = export_target("hv-0001", "holos_hdf5")
     assert (target.partition_key, target.job_name) == ("hv-0001", "export_holos_hdf5")
     assert target.asset_key.to_user_string() == "holos_hdf5"
-    assert set(EXPORT_ROUTES) == {"holos_hdf5", "ceres_episode", "egosmith_shards"}
+    assert set(registry.names()) == {"holos_hdf5", "ceres_episode", "egosmith_shards"}
     with pytest.raises(CaptureKeyError):
         export_target("../etc", "holos_hdf5")
     with pytest.raises(KeyError):

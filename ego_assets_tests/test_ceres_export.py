@@ -19,6 +19,7 @@ from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.episode_index import EpisodeIndexRegistry
+from ego_assets.exports.registry import CERES
 from ego_assets.formats.ceres_lerobot import CAMERA_KEY
 from ego_assets.quality.gate import ExportBlockedError
 from ego_assets.storage import Storage
@@ -49,7 +50,7 @@ def landing(tmp_path_factory):
 
 def _export(storage: Storage, key: str) -> pipeline.StepResult:
     """What the asset does for one capture: gate, stable index, export."""
-    gate = pipeline.require_export_gate(storage, key, ceres_export.POLICY_EXPORT)
+    gate = pipeline.require_export_gate(storage, key, CERES.policy_key)
     index = EpisodeIndexRegistry(storage).index_for(key)
     return ceres_export.export_episode(storage, key, index, gate.data_version)
 

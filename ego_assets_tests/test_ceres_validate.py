@@ -18,6 +18,7 @@ from ego_assets import ceres_export, pipeline
 from ego_assets.catalog.receipts import read_receipt
 from ego_assets.cli import main
 from ego_assets.episode_index import EpisodeIndexRegistry
+from ego_assets.exports.registry import CERES
 from ego_assets.formats.ceres_lerobot import shard_name, write_shard
 from ego_assets.formats.ceres_lerobot_validate import validate_dataset
 from ego_assets.formats.ceres_merge import merge_shards
@@ -139,7 +140,7 @@ CHILD = textwrap.dedent(
     elif point == "export-receipt":
         ceres_export.write_receipt = kill_before(ceres_export.write_receipt)
     store = Storage(root)
-    gate = pipeline.require_export_gate(store, key, ceres_export.POLICY_EXPORT)
+    gate = pipeline.require_export_gate(store, key, CERES.policy_key)
     index = EpisodeIndexRegistry(store).index_for(key)
     ceres_export.export_episode(store, key, index, gate.data_version)
     print("finished")
@@ -183,7 +184,7 @@ def test_sigkill_leaves_nothing_taken_as_finished(prepared, tmp_path, point):
     assert read_receipt(storage, "ceres_episode", "k-1") is None
     index = EpisodeIndexRegistry(storage).lookup("k-1")
     assert index == 0
-    gate = pipeline.require_export_gate(storage, "k-1", ceres_export.POLICY_EXPORT)
+    gate = pipeline.require_export_gate(storage, "k-1", CERES.policy_key)
     result = ceres_export.export_episode(storage, "k-1", index, gate.data_version)
     assert result.figures["episode_index"] == 0
     assert result.reused == (point == "export-receipt")

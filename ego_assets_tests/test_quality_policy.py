@@ -8,9 +8,10 @@ import pytest
 
 from ego_assets import pipeline
 from ego_assets.cli import main
+from ego_assets.exports.registry import policy_keys
 from ego_assets.quality.expectations import ExpectationResults
 from ego_assets.quality.gate import ExportBlockedError, Gate, require_gate
-from ego_assets.quality.policy import EXPORTS, Policy, default_policy
+from ego_assets.quality.policy import Policy, default_policy
 from ego_assets.quality.report import MetricResult, QualityReport
 from ego_assets.quality.waivers import WAIVERS_FILE, add_waiver, read_waivers, revoke_waiver
 from ego_assets.storage import Storage
@@ -41,14 +42,14 @@ LOSS = MetricResult("tracking_loss_ratio", "hand:left", 0.2, "1", "warn", 0.1, 0
 def test_default_policy_blocks_every_export_on_fail_and_nothing_on_warn() -> None:
     policy = default_policy()
     assert policy.version == 1
-    assert policy.blocks("longest_gap_s", "stream:head/longest_gap_s", "fail") == EXPORTS
+    assert policy.blocks("longest_gap_s", "stream:head/longest_gap_s", "fail") == policy_keys()
     assert policy.blocks("tracking_loss_ratio", "hand:left/tracking_loss_ratio", "warn") == ()
 
 
 def test_gate_records_policy_version_reasons_and_blocked_exports() -> None:
     gate = Gate.build(_report(GAP, LOSS), ExpectationResults(()), "v1", default_policy())
     assert not gate.passed and gate.policy_version == 1
-    assert gate.blocked_exports == EXPORTS
+    assert gate.blocked_exports == policy_keys()
     assert gate.reasons == ("stream:head/longest_gap_s = 53.4 s (fail > 2 s)",)
     assert [f.status for f in gate.findings] == ["fail", "warn"]
     assert gate.summary() == (

@@ -45,8 +45,9 @@ from ego_assets.api.page import PAGE_SIZE, captures_rows, login_page, render_pag
 from ego_assets.api.service import ExportService, ExportState
 from ego_assets.api.snapshot import SYNC_S, ServedStates, SnapshotStore
 from ego_assets.catalog.receipts import ExportReceipt, read_receipt
-from ego_assets.defs.exports import EXPORT_ROUTES, ExportTarget, export_target
+from ego_assets.defs.exports import ExportTarget, export_target
 from ego_assets.errors import CaptureKeyError
+from ego_assets.exports import registry
 from ego_assets.storage import is_local
 
 access_log = logging.getLogger("ego_assets.api.access")
@@ -180,7 +181,7 @@ def create_app(
     # The polls' fast path (`FastGets`): what the GET route answers for a state in the
     # mirror, without the router, validation and dependency machinery. Tokens and
     # (organization, capture, format) look-ups are remembered (bounded).
-    formats_by_route = {route: fmt for fmt, route in EXPORT_ROUTES.items()}
+    formats_by_route = {f.route: f.name for f in registry.formats()}
     callers: dict[bytes, Caller | None] = {}
     targets: dict[tuple[str, str, str], ExportTarget | None] = {}
 
@@ -221,9 +222,10 @@ def create_app(
         if not await run_in_threadpool(service.capture_exists, target.capture_id):
             raise HTTPException(404, f"capture {target.capture_id} not found")
 
-    for export_format, route in EXPORT_ROUTES.items():
+    for export in registry.formats():
+        export_format, route = export.name, export.route
         body_model: type[ExportRequest] = (
-            Hdf5ExportRequest if export_format == "holos_hdf5" else ExportRequest
+            Hdf5ExportRequest if "decode_frames" in export.options else ExportRequest
         )
 
         def make_routes(fmt: str, model: type[ExportRequest], route: str) -> None:

@@ -18,12 +18,12 @@ from typing import Any
 from ego_assets.api.config import ApiConfig, Caller
 from ego_assets.api.snapshot import ServedStates
 from ego_assets.catalog.receipts import ExportReceipt
-from ego_assets.defs.exports import EXPORT_ROUTES, export_target
+from ego_assets.defs.exports import export_target
+from ego_assets.exports import registry
 from ego_assets.pipeline import stored_gate
 from ego_assets.trajectory.store import CAPTURE_JSON
 
 PAGE_SIZE = 100  # registered captures per page
-LABELS = {"holos_hdf5": "HDF5", "ceres_episode": "LeRobot", "egosmith_shards": "WebDataset"}
 
 
 def captures_rows(
@@ -51,7 +51,7 @@ def captures_rows(
             row["quality"], row["gate"] = gate.status, gate.verdict
             row["reasons"] = list(gate.reasons)
         exports = {}
-        for fmt in EXPORT_ROUTES:
+        for fmt in registry.names():
             target = export_target(key, fmt)
             state = served.cached(target) or served.load(target)
             exports[fmt] = state.to_json(download_url)
@@ -61,23 +61,23 @@ def captures_rows(
 
 
 def _cell(key: str, fmt: str, state: dict[str, Any]) -> str:
-    route = EXPORT_ROUTES[fmt]
+    export = registry.by_name(fmt)
     data = html.escape(json.dumps(state), quote=True)
     return (
-        f'<td class="export" data-capture="{html.escape(key)}" data-route="{route}" '
-        f'data-state="{data}"><button type="button">Export {LABELS[fmt]}</button>'
+        f'<td class="export" data-capture="{html.escape(key)}" data-route="{export.route}" '
+        f'data-state="{data}"><button type="button">Export {export.label}</button>'
         '<progress max="1" value="0" hidden></progress><span class="state"></span> '
         '<a class="download" hidden>download</a></td>'
     )
 
 
 def render_page(caller: Caller, rows: list[dict[str, Any]], next_url: str | None = None) -> str:
-    head = "".join(f"<th>{LABELS[f]}</th>" for f in EXPORT_ROUTES)
+    head = "".join(f"<th>{f.label}</th>" for f in registry.formats())
     body = []
     for row in rows:
         duration = f"{row['duration']:.1f} s" if row["duration"] is not None else ""
         reasons = html.escape("; ".join(row.get("reasons", [])), quote=True)
-        cells = "".join(_cell(row["id"], f, row["exports"][f]) for f in EXPORT_ROUTES)
+        cells = "".join(_cell(row["id"], f, row["exports"][f]) for f in registry.names())
         body.append(
             f'<tr id="capture-{html.escape(row["id"])}"><td>{html.escape(row["id"])}</td>'
             f"<td>{html.escape(row['kind'])}</td><td>{duration}</td>"

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import dagster as dg
 from dagster._core.storage.dagster_run import DagsterRunStatus, RunRecord, RunsFilter
 
-from ego_assets.catalog.receipts import POLICY_EXPORTS, ExportReceipt, read_receipt
+from ego_assets.catalog.receipts import ExportReceipt, read_receipt
 from ego_assets.defs.exports import (
     EXPORT_TAG,
     PARTITION_TAG,
@@ -53,6 +53,7 @@ from ego_assets.defs.exports import (
     ExportTarget,
 )
 from ego_assets.defs.partitions import all_sets, page_captures, partition_for_capture
+from ego_assets.exports import registry
 from ego_assets.pipeline import expected_gate_version, quality_version, stored_gate
 from ego_assets.quality.gate import ExportBlockedError, require_gate
 from ego_assets.storage import Storage
@@ -277,7 +278,7 @@ class ExportService:
         key = target.partition_key
         gate = stored_gate(self.storage, key)
         try:
-            require_gate(gate, key, POLICY_EXPORTS[target.format])
+            require_gate(gate, key, registry.policy_key(target.format))
         except ExportBlockedError as exc:
             return str(exc)
         except Exception as exc:  # no gate yet, unreadable gate

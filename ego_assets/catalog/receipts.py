@@ -13,7 +13,7 @@ field                  meaning
 =====================  ==============================================================
 ``receipt_version``    schema version of this row (`RECEIPT_VERSION`)
 ``capture_key``        the episode (Dagster partition key)
-``format``             one of `EXPORT_FORMATS` (the exporter asset's name)
+``format``             an export format's ``name`` (`ego_assets.exports.registry`)
 ``path``               the artefact (file or folder), POSIX path relative to the data root
 ``bytes``              total size of the artefact in bytes (every file of a folder)
 ``files``              number of files in the artefact (1 for a single file)
@@ -52,20 +52,13 @@ from typing import Any
 import pyarrow as pa
 from upath import UPath
 
+from ego_assets.exports.registry import names
 from ego_assets.keys import validate_capture_key
 from ego_assets.storage import Storage
 
 RECEIPTS_DIR = "receipts"
 RECEIPT_VERSION = 2  # 2: status (exported | skipped) and reason
 RECEIPT_STATUSES = ("exported", "skipped")
-# The exporter assets, by name; the catalog has a (possibly empty) model row for each.
-EXPORT_FORMATS = ("holos_hdf5", "ceres_episode", "egosmith_shards")
-# Each format's name in the export policy (ego_assets/quality/policy.toml).
-POLICY_EXPORTS = {
-    "holos_hdf5": "robomimic",
-    "ceres_episode": "lerobot",
-    "egosmith_shards": "webdataset",
-}
 
 # The receipt as a catalog row (`ExportReceipt.to_row`), in field order.
 RECEIPT_SCHEMA = pa.schema(
@@ -110,8 +103,8 @@ class ExportReceipt:
     def __post_init__(self) -> None:
         where = f"receipt {self.format}/{self.capture_key}"
         validate_capture_key(self.capture_key)
-        if self.format not in EXPORT_FORMATS:
-            raise ReceiptError(f"{where}: format must be one of {EXPORT_FORMATS}")
+        if self.format not in names():
+            raise ReceiptError(f"{where}: format must be one of {names()}")
         if not self.path or self.path.startswith("/") or ".." in self.path.split("/"):
             raise ReceiptError(f"{where}: path {self.path!r} must be relative to the data root")
         if self.bytes < 0 or self.files < 1:
@@ -215,7 +208,7 @@ def make_receipt(
 
     Args:
         storage: the platform storage the artefact lives in.
-        export_format: one of `EXPORT_FORMATS`.
+        export_format: an export format's ``name`` (`ego_assets.exports.registry`).
         capture_key: the episode.
         location: where the artefact (file or folder) now is, e.g. a path below
             ``storage.stage_path("exports", key)``.
@@ -246,8 +239,8 @@ def make_receipt(
 
 def receipt_location(storage: Storage, export_format: str, capture_key: str) -> UPath:
     """``receipts/<format>/<key>.json`` below the data root (key and format validated)."""
-    if export_format not in EXPORT_FORMATS:
-        raise ReceiptError(f"format {export_format!r} is not one of {EXPORT_FORMATS}")
+    if export_format not in names():
+        raise ReceiptError(f"format {export_format!r} is not one of {names()}")
     return storage.root / RECEIPTS_DIR / export_format / f"{validate_capture_key(capture_key)}.json"
 
 

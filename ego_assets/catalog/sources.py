@@ -53,13 +53,8 @@ import pyarrow.parquet as pq
 from upath import UPath
 
 from ego_assets.capture.manifest import RawManifest
-from ego_assets.catalog.receipts import (
-    EXPORT_FORMATS,
-    POLICY_EXPORTS,
-    RECEIPT_SCHEMA,
-    RECEIPTS_DIR,
-    ExportReceipt,
-)
+from ego_assets.catalog.receipts import RECEIPT_SCHEMA, RECEIPTS_DIR, ExportReceipt
+from ego_assets.exports import registry
 from ego_assets.keys import is_valid_capture_key
 from ego_assets.pipeline import LINEAGE_FILE
 from ego_assets.quality.gate import GATE_FILE, Gate
@@ -252,7 +247,7 @@ def _gate_row(item: Listed, data: tuple[bytes, ...]) -> dict[str, Any]:
         "gate_worst_metric": gate.worst_metric or None,
         "gate_data_version": gate.data_version,
         "policy_version": gate.policy_version,
-        "blocked_formats": [fmt for fmt in EXPORT_FORMATS if not gate.allows(POLICY_EXPORTS[fmt])],
+        "blocked_formats": [f.name for f in registry.formats() if not gate.allows(f.policy_key)],
         "blocking_reasons": list(gate.reasons),
         "waived": bool(gate.waived),
         "waivers": json.dumps([to_jsonable(w) for w in gate.waivers], sort_keys=True)
@@ -302,7 +297,7 @@ def sources() -> tuple[Source, ...]:
                 (),
                 _receipt_row,
             )
-            for fmt in EXPORT_FORMATS
+            for fmt in registry.names()
         ),
     )
 
@@ -546,8 +541,8 @@ def _stage_formats(
     rows = con.execute(f"select format, current_code_version from {SCHEMA}.export_formats")
     stored = dict(rows.fetchall())
     if code_versions is None:  # keep what the last staging with versions recorded
-        code_versions = {fmt: stored.get(fmt) for fmt in EXPORT_FORMATS}
-    wanted = {fmt: code_versions.get(fmt) for fmt in EXPORT_FORMATS}
+        code_versions = {fmt: stored.get(fmt) for fmt in registry.names()}
+    wanted = {fmt: code_versions.get(fmt) for fmt in registry.names()}
     changed = [
         fmt for fmt, version in wanted.items() if fmt not in stored or stored[fmt] != version
     ]

@@ -20,7 +20,6 @@ from typing import Any
 import dagster as dg
 from dagster_dbt import DbtCliResource, DbtProject, dbt_assets
 
-from ego_assets.catalog.receipts import EXPORT_FORMATS
 from ego_assets.catalog.sources import BOOKKEEPING_TABLES, SCHEMA, sources, stage_rows
 from ego_assets.catalog.warehouse import (
     DB_ENV,
@@ -32,6 +31,7 @@ from ego_assets.catalog.warehouse import (
 from ego_assets.defs.aggregates import AGGREGATES_GROUP
 from ego_assets.defs.pools import SINGLE_WRITER_POOL
 from ego_assets.defs.resources import StorageResource
+from ego_assets.exports import registry
 from ego_assets.storage import exclusive_lock
 
 CATALOG_SOURCES_VERSION = "catalog-sources-1"
@@ -80,7 +80,7 @@ def exporter_code_versions(assets: Sequence[Any]) -> dict[str, str | None]:
             continue
         for key in asset.keys:
             name = key.to_user_string()
-            if name in EXPORT_FORMATS:
+            if name in registry.names():
                 versions[name] = asset.code_versions_by_key.get(key)
     return versions
 

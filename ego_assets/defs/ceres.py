@@ -22,7 +22,7 @@ from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.pools import SINGLE_WRITER_POOL
 from ego_assets.defs.resources import StorageResource
 from ego_assets.episode_index import EpisodeIndexRegistry
-from ego_assets.formats.ceres_lerobot import CODE_VERSION
+from ego_assets.exports.registry import CERES
 from ego_assets.formats.ceres_merge import MERGE_VERSION
 
 # Decodes/encodes one camera stream and holds one episode's rows (410 floats per frame).
@@ -40,19 +40,16 @@ def build_ceres_episode(cs: CaptureSet) -> dg.AssetsDefinition:
     """Set ``cs``'s ceres_episode."""
 
     @dg.asset(
-        key=cs.key("ceres_episode"),
+        key=cs.key(CERES.name),
         partitions_def=cs.partitions_def,
         backfill_policy=backfill_policy,
         deps=[cs.key("trajectory"), cs.key("quality_report")],
         group_name=cs.group("exports"),
         kinds={"python", "parquet"},
-        code_version=CODE_VERSION,
+        code_version=CERES.code_version,
         op_tags=CERES_TAGS,
         output_required=False,
-        description=(
-            "CERES LeRobotDataset v3 shard of the episode (exports/ceres-lerobot-v3/<key>/"
-            "shards/episode-<index>/): data, meta, outward-camera mp4, CERES sidecars, receipt."
-        ),
+        description=CERES.description,
     )
     def ceres_episode(
         context: dg.AssetExecutionContext, storage: StorageResource, config: CeresConfig
@@ -61,7 +58,7 @@ def build_ceres_episode(cs: CaptureSet) -> dg.AssetsDefinition:
         registry = EpisodeIndexRegistry(store)
 
         def step(key: str) -> pipeline.StepResult:
-            gate = pipeline.require_export_gate(store, key, ceres_export.POLICY_EXPORT)
+            gate = pipeline.require_export_gate(store, key, CERES.policy_key)
             return ceres_export.export_episode(
                 store, key, registry.index_for(key), gate.data_version, force=config.force
             )

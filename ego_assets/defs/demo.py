@@ -32,13 +32,14 @@ from tqdm import tqdm
 
 from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.cli import run_catalog
-from ego_assets.catalog.receipts import EXPORT_FORMATS, read_receipt
+from ego_assets.catalog.receipts import read_receipt
 from ego_assets.catalog.warehouse import published_location
 from ego_assets.ceres_export import dataset_location as ceres_dataset_location
 from ego_assets.definitions import build_defs
 from ego_assets.defs.egosmith import egosmith_rows
 from ego_assets.defs.partitions import CAPTURE_JOB, all_sets
 from ego_assets.defs.resources import StorageResource
+from ego_assets.exports import registry
 from ego_assets.fixtures import real_fixture
 from ego_assets.pipeline import stored_gate
 from ego_assets.quality.waivers import add_waiver, read_waivers
@@ -253,7 +254,7 @@ def print_exports(storage: Storage, keys: Sequence[str], out: TextIO) -> None:
     """Table: partition, export format, file (below the data root), size: every receipt."""
     rows: list[tuple[str, ...]] = [("partition", "export", "size", "file")]
     for key in sorted(keys):
-        for fmt in EXPORT_FORMATS:
+        for fmt in registry.names():
             receipt = read_receipt(storage, fmt, key)
             if receipt is not None:
                 rows.append((key, fmt, f"{receipt.bytes / 1e6:.1f} MB", receipt.path))

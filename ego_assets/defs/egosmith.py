@@ -26,6 +26,7 @@ from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.pools import SINGLE_WRITER_POOL
 from ego_assets.defs.resources import StorageResource
 from ego_assets.episode_index import EpisodeIndexRegistry
+from ego_assets.exports.registry import EGOSMITH
 from ego_assets.formats import egosmith_webdataset as egosmith
 from ego_assets.formats.egosmith_export import (
     dataset_path,
@@ -37,7 +38,6 @@ from ego_assets.formats.egosmith_webdataset import MANIFEST_FILE
 from ego_assets.storage import Storage
 
 EXPORTS_GROUP = "exports"
-POLICY_EXPORT = "webdataset"  # this exporter's name in ego_assets/quality/policy.toml
 # Decodes one video and JPEG-encodes it frame by frame: CPU bound, one frame in memory.
 EGOSMITH_TAGS = k8s_resources("1", "2Gi")
 
@@ -69,20 +69,16 @@ def build_egosmith_shards(cs: CaptureSet) -> dg.AssetsDefinition:
     """Set ``cs``'s egosmith_shards."""
 
     @dg.asset(
-        key=cs.key("egosmith_shards"),
+        key=cs.key(EGOSMITH.name),
         partitions_def=cs.partitions_def,
         backfill_policy=backfill_policy,
         deps=[cs.key("trajectory"), cs.key("quality_report")],
         group_name=cs.group(EXPORTS_GROUP),
         kinds={"python", "files"},
-        code_version=egosmith.WRITER_VERSION,
+        code_version=EGOSMITH.code_version,
         op_tags=EGOSMITH_TAGS,
         output_required=False,
-        description=(
-            "EgoSmith WebDataset samples of one episode (image.jpg, lowdim.npy, mano.npy, "
-            "meta.json per head-camera frame) in tar shards + episode.json; skipped (with the "
-            "reason) when the capture has no head camera."
-        ),
+        description=EGOSMITH.description,
     )
     def egosmith_shards(
         context: dg.AssetExecutionContext, storage: StorageResource, config: EgoSmithConfig
@@ -92,7 +88,7 @@ def build_egosmith_shards(cs: CaptureSet) -> dg.AssetsDefinition:
         options = config.options()
 
         def step(key: str) -> pipeline.StepResult:
-            gate = pipeline.require_export_gate(store, key, POLICY_EXPORT)
+            gate = pipeline.require_export_gate(store, key, EGOSMITH.policy_key)
             return export_episode(
                 store, key, registry.index_for(key), options, gate.data_version, force=config.force
             )

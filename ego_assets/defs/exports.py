@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from ego_assets.defs.partitions import partition_for_capture, set_of_partitions_def
+from ego_assets.exports import registry
 from ego_assets.progress import export_fraction, listening
 
 log = logging.getLogger(__name__)
@@ -36,13 +37,6 @@ PROGRESS_TAG = "ego/progress"
 PHASE_TAG = "ego/phase"
 PARTITION_TAG = "dagster/partition"
 PROGRESS_INTERVAL_S = 0.5
-
-# The API's route names for each exporter asset.
-EXPORT_ROUTES = {
-    "holos_hdf5": "export-hdf5",
-    "ceres_episode": "export-lerobot",
-    "egosmith_shards": "export-webdataset",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +60,9 @@ def export_target(capture_id: str, export_format: str, sets: int | None = None) 
     One capture is one partition (key = capture id) of its capture set's exporter asset
     (`partition_for_capture`; ``sets`` defaults to ``EGO_CAPTURE_SETS``). Raises
     `CaptureKeyError` for an id that breaks the key rule, KeyError for a format that has
-    no exporter.
+    no exporter (`ego_assets.exports.registry`).
     """
-    if export_format not in EXPORT_ROUTES:
-        raise KeyError(f"no exporter named {export_format!r}; exporters: {sorted(EXPORT_ROUTES)}")
+    registry.by_name(export_format)
     where = partition_for_capture(capture_id, sets)
     return ExportTarget(
         capture_id=where.partition_key,
@@ -135,14 +128,5 @@ def run_progress(context: dg.AssetExecutionContext) -> Iterator[None]:
 
 
 def exporter_code_versions() -> dict[str, str]:
-    """Each exporter asset's code version now (a receipt with another one is stale)."""
-    from ego_assets.defs.ceres import ceres_episode
-    from ego_assets.defs.egosmith import egosmith_shards
-    from ego_assets.defs.holos import holos_hdf5
-
-    out: dict[str, str] = {}
-    for asset in (holos_hdf5, ceres_episode, egosmith_shards):
-        version = asset.code_versions_by_key.get(asset.key)
-        if version is not None:
-            out[asset.key.to_user_string()] = version
-    return out
+    """Each exporter's code version now (a receipt with another one is stale)."""
+    return {fmt.name: fmt.code_version for fmt in registry.formats()}

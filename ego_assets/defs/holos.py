@@ -21,7 +21,7 @@ from ego_assets.defs.exports import run_progress
 from ego_assets.defs.k8s import k8s_resources
 from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.resources import StorageResource
-from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION
+from ego_assets.exports.registry import HOLOS
 from ego_assets.storage import Storage
 
 # One trajectory in memory plus the resampled demo (~2x a 10-minute capture's hands).
@@ -54,19 +54,16 @@ def build_holos_hdf5(cs: CaptureSet) -> dg.AssetsDefinition:
     """Set ``cs``'s holos_hdf5."""
 
     @dg.asset(
-        key=cs.key("holos_hdf5"),
+        key=cs.key(HOLOS.name),
         partitions_def=cs.partitions_def,
         backfill_policy=backfill_policy,
         deps=[cs.key("trajectory"), cs.key("quality_report")],
         group_name=cs.group(EXPORTS_GROUP),
         kinds={"python", "hdf5"},
-        code_version=EXPORTER_VERSION,
+        code_version=HOLOS.code_version,
         op_tags=HOLOS_TAGS,
         output_required=False,
-        description=(
-            "Holos HDF5 (HolosCapture-1.0): one self-contained .h5 per episode in robomimic's "
-            "layout with CF-1.11 attributes, every raw stream and the media embedded."
-        ),
+        description=HOLOS.description,
     )
     def holos_hdf5(
         context: dg.AssetExecutionContext, config: HolosConfig, storage: StorageResource

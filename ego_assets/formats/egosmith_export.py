@@ -23,6 +23,7 @@ from typing import Any
 from upath import UPath
 
 from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
+from ego_assets.exports.registry import EGOSMITH
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
 from ego_assets.formats.egosmith_reader import Report, raw_samples
@@ -45,7 +46,7 @@ from ego_assets.trajectory.store import read_trajectory
 EPISODES_FORMAT = "egosmith"
 DATASET_FOLDER = "egosmith-dataset"
 SPLITS = ("train", "val")
-RECEIPT_FORMAT = "egosmith_shards"  # the per-episode asset's name (receipts/<format>/)
+RECEIPT_FORMAT = EGOSMITH.name  # receipts/<format>/
 
 
 def episode_path(storage: Storage, key: str) -> UPath:

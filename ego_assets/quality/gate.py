@@ -14,8 +14,9 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ego_assets.exports.registry import policy_keys
 from ego_assets.quality.expectations import CheckOutcome, ExpectationResults
-from ego_assets.quality.policy import EXPORTS, Policy
+from ego_assets.quality.policy import Policy
 from ego_assets.quality.report import QualityReport
 from ego_assets.quality.waivers import Waiver
 from ego_assets.trajectory.records import from_jsonable, to_jsonable
@@ -202,7 +203,7 @@ class Gate:
             passed=not blocked,
             findings=tuple(findings),
             waivers=waivers,
-            blocked_exports=tuple(e for e in EXPORTS if e in blocked),
+            blocked_exports=tuple(e for e in policy_keys() if e in blocked),
         )
 
 

@@ -16,8 +16,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from ego_assets.exports.registry import policy_keys
+
 POLICY_FILE = "policy.toml"
-EXPORTS = ("webdataset", "lerobot", "robomimic")
 ANY = "*"
 LEVELS = ("warn", "fail")
 
@@ -29,7 +30,7 @@ class Rule:
     Attributes:
         level: ``"warn"`` or ``"fail"``.
         metrics: metric names or ``<scope>/<name>`` keys; ``("*",)`` = every metric.
-        exports: export names (`EXPORTS`); ``("*",)`` = every export.
+        exports: export names (`registry.policy_keys`); ``("*",)`` = every export.
     """
 
     level: str
@@ -41,9 +42,10 @@ class Rule:
             raise ValueError(f"policy rule: level {self.level!r} is not one of {LEVELS}")
         if not self.metrics or not self.exports:
             raise ValueError("policy rule: metrics and exports must not be empty")
-        unknown = sorted(set(self.exports) - {ANY, *EXPORTS})
+        known = policy_keys()
+        unknown = sorted(set(self.exports) - {ANY, *known})
         if unknown:
-            raise ValueError(f"policy rule: unknown exports {unknown}; known: {list(EXPORTS)}")
+            raise ValueError(f"policy rule: unknown exports {unknown}; known: {list(known)}")
 
     def matches(self, name: str, key: str, status: str) -> bool:
         """Whether a metric (``name``, ``key`` = scope/name) at verdict ``status`` matches."""
@@ -53,7 +55,7 @@ class Rule:
 
     @property
     def blocked_exports(self) -> tuple[str, ...]:
-        return EXPORTS if ANY in self.exports else self.exports
+        return policy_keys() if ANY in self.exports else self.exports
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +66,9 @@ class Policy:
     rules: tuple[Rule, ...]
 
     def blocks(self, name: str, key: str, status: str) -> tuple[str, ...]:
-        """Exports blocked by one metric verdict (empty: it blocks nothing), `EXPORTS` order."""
+        """Exports blocked by one metric verdict (empty: it blocks nothing), `policy_keys` order."""
         blocked = {e for r in self.rules if r.matches(name, key, status) for e in r.blocked_exports}
-        return tuple(e for e in EXPORTS if e in blocked)
+        return tuple(e for e in policy_keys() if e in blocked)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Policy:
