@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ego_assets_tests.waiting import CEILING_S
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 MISSING = "Debian chromium + chromium-driver not installed (make system-deps)"
@@ -31,7 +33,7 @@ def headless_chromium(
     *args: str,
     prefs: dict[str, Any] | None = None,
     capabilities: dict[str, Any] | None = None,
-    page_load_timeout_s: float = 60,
+    page_load_timeout_s: float = CEILING_S,
 ) -> Any:
     """A selenium Chrome driver on headless Chromium with a fresh ``profile`` folder.
 
@@ -42,7 +44,8 @@ def headless_chromium(
             ``--headless``).
         prefs: Chromium preferences (e.g. the download folder).
         capabilities: WebDriver capabilities (e.g. ``goog:loggingPrefs``).
-        page_load_timeout_s: how long ``driver.get`` may wait, seconds.
+        page_load_timeout_s: how long ``driver.get`` may wait, seconds (a ceiling for a
+            hang on a loaded machine).
     """
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

@@ -21,6 +21,8 @@ import psycopg2
 import pytest
 import yaml
 
+from ego_assets_tests.waiting import CEILING_S, wait_for
+
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,20 +162,20 @@ def stop(services: list[Service], timeout_s: float = 15.0) -> None:
             service.process.wait(timeout=5)
 
 
-def wait_http_ok(url: str, service: Service, timeout_s: float) -> None:
-    """Poll ``url`` until it answers 200; fail with the service's log tail otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def wait_http_ok(url: str, service: Service, timeout_s: float = CEILING_S) -> None:
+    """Poll ``url`` until it answers 200; fail at once if ``service`` exits, and with its
+    log tail after ``timeout_s`` (a ceiling for a hang, generous by default)."""
+
+    def answers() -> bool:
         if service.process.poll() is not None:
             pytest.fail(f"{service.name} exited early:\n{service.tail()}")
         try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return bool(response.status == 200)
         except OSError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"{url} not up after {timeout_s} s:\n{service.tail()}")
+            return False
+
+    wait_for(f"{url} to answer 200", answers, ceiling_s=timeout_s, state=service.tail)
 
 
 def webserver_args(port: int) -> list[str]:

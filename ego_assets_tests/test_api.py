@@ -18,7 +18,6 @@ import hashlib
 import io
 import json
 import tarfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -55,6 +54,7 @@ from ego_assets_tests.processes import (
     webserver_args,
     write_dagster_home,
 )
+from ego_assets_tests.waiting import CEILING_S, wait_for
 
 TOKEN = "holos-token-7f3c1e"
 OTHER_TOKEN = "other-token-91ab2d"
@@ -63,7 +63,6 @@ WEB = "api-xr-0001"  # the browser test's capture
 LOST = "api-lost-0001"  # left hand never seen: the export policy blocks it
 BROKEN = "api-broken-0001"  # trajectory stream overwritten with garbage: the export fails
 OTHER = "other-vp-0001"  # another organization's capture
-RUN_WAIT_S = 240.0
 
 
 @dataclass
@@ -103,15 +102,15 @@ class Api:
     def wait(self, key: str, route: str = "export-hdf5") -> list[dict]:
         """Poll GET until the export is no longer queued or in progress; every answer."""
         seen: list[dict] = []
-        deadline = time.monotonic() + RUN_WAIT_S
-        while time.monotonic() < deadline:
+
+        def settled() -> bool:
             status, body = self.call("GET", self.export(key, route))
             assert status == 200, body
             seen.append(body)
-            if body["status"] not in ("queued", "in_progress"):
-                return seen
-            time.sleep(0.25)
-        pytest.fail(f"{route} of {key} still {seen[-1]} after {RUN_WAIT_S} s")
+            return body["status"] not in ("queued", "in_progress")
+
+        wait_for(f"{route} of {key} to finish", settled, interval_s=0.25, state=lambda: seen[-1])
+        return seen
 
     def export_runs(self, key: str, fmt: str = "holos_hdf5") -> list[dg.DagsterRun]:
         return list(
@@ -203,9 +202,9 @@ def api(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Iterat
             serve += ["--config", str(config), "--dagster-url", dagster_url]
             server = start("ego-assets-serve", serve, env, tmp)
             services.append(server)
-            wait_http_ok(f"{dagster_url}/server_info", web, timeout_s=180)
+            wait_http_ok(f"{dagster_url}/server_info", web)
             url = f"http://127.0.0.1:{api_port}"
-            wait_http_ok(f"{url}/healthz", server, timeout_s=120)
+            wait_http_ok(f"{url}/healthz", server)
             yield Api(
                 url,
                 dagster_url,
@@ -346,13 +345,16 @@ def test_edited_transcript_makes_the_export_stale_and_the_next_ask_fresh(api: Ap
     (api.storage.stage_path("raw", GOOD) / "manifest.json").unlink()
     pipeline.ingest_raw(api.storage, GOOD)
     # polls are answered from a cache refreshed in the background (about a second old)
-    deadline = time.monotonic() + 30
-    while True:
+    answers: list[dict] = []
+
+    def stale() -> bool:
         status, body = api.call("GET", api.export(GOOD))
         assert status == 200 and body["status"] == "ready"
-        if body["artifact"]["current"] is False or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
+        answers.append(body)
+        return body["artifact"]["current"] is False
+
+    wait_for(f"{GOOD}'s export to turn stale", stale, interval_s=0.3, state=lambda: answers[-1])
+    body = answers[-1]
     assert body["artifact"]["current"] is False
     status, body = api.call("POST", api.export(GOOD))
     assert status == 202
@@ -438,7 +440,7 @@ def test_captures_page_from_click_to_downloaded_file(api: Api, tmp_path: Path) -
         driver.get(api.url + "/captures")  # not signed in: the sign-in form
         driver.find_element(By.ID, "token").send_keys(TOKEN)
         driver.find_element(By.ID, "sign-in").click()
-        WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.ID, "captures"))
+        WebDriverWait(driver, CEILING_S).until(lambda d: d.find_elements(By.ID, "captures"))
         table = driver.find_element(By.ID, "captures").text
         # the organization's captures only, with kind, duration, quality and gate
         assert GOOD in table and WEB in table and OTHER not in table
@@ -457,7 +459,7 @@ def test_captures_page_from_click_to_downloaded_file(api: Api, tmp_path: Path) -
             texts.append(cell.find_element(By.CSS_SELECTOR, ".state").text)
             return (downloads / f"{WEB}.h5").exists()
 
-        WebDriverWait(driver, RUN_WAIT_S, poll_frequency=0.2).until(downloaded)
+        WebDriverWait(driver, CEILING_S, poll_frequency=0.2).until(downloaded)
         assert any(t.startswith(("queued", "in progress")) for t in texts), texts
         assert cell.find_element(By.CSS_SELECTOR, "a.download").text == f"{WEB}.h5"
     finally:

@@ -38,10 +38,10 @@ from ego_assets.defs.exports import (
     export_target,
 )
 from ego_assets.storage import Storage
+from ego_assets_tests.waiting import CEILING_S, wait_for
 
 KEY = "snap-0001"
 FMT = "holos_hdf5"
-READ_S = 1.0  # slack for the refresher's reads in the staleness test
 
 
 def _service(home: Path, data: Path, launcher: Any = None) -> ExportService:
@@ -126,6 +126,11 @@ def test_status_transitions_reach_the_mirror_through_the_refresher(setup: Any) -
 
 
 def test_a_get_is_at_most_about_a_second_stale(setup: Any) -> None:
+    """The bound in rounds, not seconds (a loaded machine stretches every round): a run's
+    change is in every worker's mirror after the first refresher round that starts after
+    it, a change in storage alone after the first round `REVALIDATE_S` later; rounds
+    start every `TICK_S` and workers sync every `SYNC_S`, the docs' 0.3 s and 1.3 s."""
+    assert pytest.approx((0.3, 1.3)) == (TICK_S + SYNC_S, REVALIDATE_S + TICK_S + SYNC_S)
     service, store, _, _ = setup
     target = export_target(KEY, FMT)
     ServedStates(service, store).load(target)
@@ -135,33 +140,31 @@ def test_a_get_is_at_most_about_a_second_stale(setup: Any) -> None:
     thread.start()
     try:
 
-        def wait_for(status: str, limit_s: float) -> float:
-            started = time.monotonic()
-            while time.monotonic() - started < limit_s + 2.0:
-                worker.sync()
-                state = worker.get(target)
-                if state is not None and state.status == status:
-                    return time.monotonic() - started
-                time.sleep(SYNC_S)
-            pytest.fail(f"{status} not seen within {limit_s + 2.0} s")
+        def seen_after(moment: float) -> Any:
+            """The worker's state once a round that started after ``moment`` is done."""
+            wait_for(
+                f"a refresher round started after {moment:.3f}",
+                lambda: (store.heartbeat() or 0.0) > moment,
+                interval_s=SYNC_S,
+                state=lambda: f"last heartbeat {store.heartbeat()}",
+            )
+            worker.sync()
+            return worker.get(target)
 
-        # a run's change: one refresher round, one sync and a read (READ_S: what one
-        # round's reads may take on a loaded 2-core machine)
         run_id = _add_run(service.instance, target)
-        assert wait_for("queued", 1.0) <= TICK_S + SYNC_S + READ_S
+        assert seen_after(time.time()).status == "queued"
         assert worker.refresher_alive()
         # a change in storage alone (a receipt written after the cancelled run, no run
         # update): seen at the next revalidation
         _event(service.instance, run_id, DagsterEventType.RUN_CANCELED)
-        wait_for("failed", 1.0)
+        assert seen_after(time.time()).status == "failed"
         write_receipt(service.storage, _receipt(KEY))
-        assert wait_for("ready", 2.0) <= REVALIDATE_S + TICK_S + SYNC_S + READ_S
-        state = worker.get(target)
-        assert state is not None and state.artifact is not None
+        state = seen_after(time.time() + REVALIDATE_S)
+        assert state is not None and state.status == "ready" and state.artifact is not None
         assert state.artifact.current is False  # no raw copy: not current
     finally:
         stop.set()
-        thread.join(10)
+        thread.join(CEILING_S)
     # the refresher is silent now: after HEARTBEAT_MAX_S the worker no longer answers
     # from the mirror (its caller reads the state itself)
     assert worker.refresher_alive(now=time.time() + 10) is False

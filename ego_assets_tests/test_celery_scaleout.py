@@ -32,6 +32,7 @@ from ego_assets_tests.processes import (
     stop,
     write_dagster_home,
 )
+from ego_assets_tests.waiting import CEILING_S, wait_for
 
 REDIS_URL = "redis://127.0.0.1:6379/13"  # this test's own Redis database
 KEYS = ["s01", "s02", "s03", "s04"]
@@ -55,17 +56,19 @@ def _redis():
     return client
 
 
-def _wait_for_workers(app, names: set[str], services: list[Service], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def _wait_for_workers(app, names: set[str], services: list[Service]) -> None:
+    def up() -> bool:
         for service in services:
             if service.process.poll() is not None:
                 pytest.fail(f"{service.name} exited early:\n{service.tail()}")
         replies = app.control.inspect(timeout=1.0).ping() or {}
-        if names <= {name.split("@")[0] for name in replies}:
-            return
-        time.sleep(0.5)
-    pytest.fail("workers not up:\n" + "\n".join(s.tail() for s in services))
+        return names <= {name.split("@")[0] for name in replies}
+
+    wait_for(
+        f"celery workers {sorted(names)} to answer a ping",
+        up,
+        state=lambda: "\n".join(s.tail() for s in services),
+    )
 
 
 def _execute_args(first: str, last: str) -> list[str]:
@@ -145,7 +148,7 @@ def test_backfill_chunks_run_on_two_celery_workers_with_outputs_in_s3(
                     *("--", "--concurrency=1", "--without-gossip", "--without-mingle"),
                 ]
                 workers.append(start(name, args, env, tmp_path))
-            _wait_for_workers(app, set(WORKERS), workers, timeout_s=90)
+            _wait_for_workers(app, set(WORKERS), workers)
 
             # one `dagster job execute` process per chunk (as a run launcher would start
             # them); two runs in threads of one process deadlock in logging.dictConfig
@@ -155,13 +158,12 @@ def test_backfill_chunks_run_on_two_celery_workers_with_outputs_in_s3(
                 start(f"run-{first}", _execute_args(first, last), env, tmp_path)
                 for first, last in CHUNKS
             ]
-            deadline = time.monotonic() + 240
-            for run in runs:
+            for run in runs:  # a ceiling for a hang: chunks take minutes on loaded cores
                 try:
-                    code = run.process.wait(timeout=max(1.0, deadline - time.monotonic()))
+                    code = run.process.wait(timeout=CEILING_S)
                 except subprocess.TimeoutExpired:
                     stop(runs)
-                    pytest.fail(f"{run.name} did not finish:\n{run.tail()}")
+                    pytest.fail(f"{run.name} did not finish in {CEILING_S:.0f} s:\n{run.tail()}")
                 assert code == 0, run.tail()
             with dg.DagsterInstance.get() as instance:
                 for key in KEYS:

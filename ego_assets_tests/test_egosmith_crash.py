@@ -28,6 +28,7 @@ from ego_assets.formats.egosmith_reader import validate_path
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+from ego_assets_tests.waiting import CEILING_S
 
 OPTIONS = EgoSmithOptions(shard_bytes=300_000, val_fraction=0.0)
 KEY = "xr"
@@ -85,7 +86,7 @@ def store(tmp_path) -> Storage:
 
 def _kill_during(store: Storage, job: str, point: str, count: int = 1, quality: int = 90) -> None:
     args = [sys.executable, "-c", CHILD, str(store.root), job, point, str(count), str(quality)]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=CEILING_S)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
 
 

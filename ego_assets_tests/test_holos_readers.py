@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from ego_assets_tests.holos_files import KINDS
+from ego_assets_tests.waiting import CEILING_S
 
 REPO = Path(__file__).resolve().parents[1]
 ROBOMIMIC_PYTHON = Path(
@@ -148,7 +149,9 @@ def test_compliance_checker_cf_1_11_finds_no_errors(holos_exports, kind, tmp_pat
 @pytest.mark.skipif(shutil.which("h5dump") is None, reason="h5dump (Debian hdf5-tools) missing")
 def test_h5dump_shows_image_and_dimension_scale_attributes(holos_exports):
     path, _ = holos_exports["holos-visionpro"]
-    run = subprocess.run(["h5dump", "-A", str(path)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        ["h5dump", "-A", str(path)], capture_output=True, text=True, timeout=CEILING_S
+    )
     assert run.returncode == 0, run.stderr
     text = run.stdout
     thumb = text[text.index('DATASET "thumbnail"') :]
@@ -181,7 +184,11 @@ def test_media_recipe_runs_in_a_fresh_interpreter(holos_exports, holos_captures,
         "    open('camera_back.mov', 'wb').write(raw.tobytes())\n"
     )
     run = subprocess.run(
-        [sys.executable, "-c", recipe], capture_output=True, text=True, cwd=tmp_path, timeout=120
+        [sys.executable, "-c", recipe],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=CEILING_S,
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "b'video/quicktime'"

@@ -24,6 +24,7 @@ from ego_assets_tests.processes import (
     require_postgres,
     write_dagster_home,
 )
+from ego_assets_tests.waiting import CEILING_S
 
 
 def _load(name: str) -> Any:
@@ -199,7 +200,7 @@ def test_compose_file_passes_docker_compose_config() -> None:
         [*cli, "-f", str(INFRA / "docker-compose.yaml"), "config", "-q"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=CEILING_S,
         check=False,
     )
     assert result.returncode == 0, result.stderr

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from ego_assets.storage import LOCKS_DIR, Storage
+from ego_assets_tests.waiting import CEILING_S
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,7 +21,7 @@ def _write(storage: Storage, text: str, started: threading.Event, release: threa
     with storage.write_to(target) as tmp:
         (tmp / "part-1.txt").write_text(text)
         started.set()
-        release.wait(10)
+        release.wait(CEILING_S)
         (tmp / "part-2.txt").write_text(text)  # the staging folder is still there
 
 
@@ -39,14 +40,14 @@ def test_a_second_writer_waits_and_keeps_the_first_writers_staging_folder(tmp_pa
 
     first = threading.Thread(target=run, args=("first", first_in, first_go))
     first.start()
-    assert first_in.wait(10)
+    assert first_in.wait(CEILING_S)
     second = threading.Thread(target=run, args=("second", second_in, second_go))
     second.start()
     time.sleep(0.5)
     assert not second_in.is_set(), "the second writer entered while the first was writing"
     first_go.set()
-    first.join(10)
-    second.join(10)
+    first.join(CEILING_S)
+    second.join(CEILING_S)
     assert errors == []
     folder = tmp_path / "exports" / "holos_hdf5" / "cap-1"
     assert (folder / "part-1.txt").read_text() == "second"
@@ -67,7 +68,7 @@ def test_a_killed_writers_leftovers_are_cleared_by_the_next_write(tmp_path):
         "    (tmp / 'half.txt').write_text('half')\n"
         "    os.kill(os.getpid(), 9)\n"
     )
-    run = subprocess.run([sys.executable, "-c", child, str(tmp_path)], cwd=REPO, timeout=60)
+    run = subprocess.run([sys.executable, "-c", child, str(tmp_path)], cwd=REPO, timeout=CEILING_S)
     assert run.returncode == -9
     parent = tmp_path / "exports" / "holos_hdf5"
     leftovers = [p.name for p in parent.iterdir()]

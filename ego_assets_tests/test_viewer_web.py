@@ -26,9 +26,10 @@ from ego_assets.viewer.episode import serve_web
 from ego_assets.viewer.recording import build_recording
 from ego_assets_tests.browser import MISSING, chromium_available, headless_chromium
 from ego_assets_tests.processes import free_port
+from ego_assets_tests.waiting import CEILING_S
 
-LOAD_WAIT_S = 300
-SCREENSHOT_WAIT_S = 180
+# ceilings for a hang (software WebGL on 2 loaded cores is slow, not stuck)
+LOAD_WAIT_S = SCREENSHOT_WAIT_S = CEILING_S
 # Read the viewer's active recording as base64 (chunked: String.fromCharCode limits).
 SAVED_RECORDING_JS = """
 const h = window._handle;
@@ -74,9 +75,9 @@ def browser(tmp_path: Path) -> Iterator[object]:
         "--ignore-gpu-blocklist",
         # nothing but loopback resolves: the page's fonts and Rerun's telemetry stay off
         "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-        page_load_timeout_s=120,
+        page_load_timeout_s=CEILING_S,
     )
-    driver.set_script_timeout(60)
+    driver.set_script_timeout(CEILING_S)
     try:
         yield driver
     finally:
@@ -95,7 +96,7 @@ def test_web_viewer_loads_the_recording(
     process, url = serve_web(rrd, web_port, grpc_port)
     try:
         assert url.startswith(f"http://127.0.0.1:{web_port}/")
-        _wait_page(f"http://127.0.0.1:{web_port}/", process, timeout_s=60)
+        _wait_page(f"http://127.0.0.1:{web_port}/", process, timeout_s=CEILING_S)
         browser.get(url)
         saved = tmp_path / "from-browser.rrd"
         deadline = time.monotonic() + LOAD_WAIT_S
