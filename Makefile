@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # The local instance that `make demo` writes and `make dev` shows (tests use their own).
 LOCAL_DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install system-deps lerobot-env robomimic-venv test lint demo dev bench clean
+.PHONY: install preflight system-deps lerobot-env robomimic-venv test lint demo dev bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,7 +76,14 @@ $(LEROBOT_STAMP): $(LEROBOT_REQUIREMENTS)
 
 lerobot-env: $(LEROBOT_STAMP)
 
-test: lint system-deps lerobot-env robomimic-venv
+# First, in seconds: what `make test` installs and why, what it expects running
+# (PostgreSQL), and one line and exit 1 when something it needs is missing and it cannot
+# install it (.ci/preflight.py).
+preflight:
+	@$(PYTHON) .ci/preflight.py --lerobot-python "$(LEROBOT_PYTHON)" \
+		--lerobot-version $(LEROBOT_VERSION) $(SYSTEM_PACKAGES)
+
+test: preflight lint system-deps lerobot-env robomimic-venv
 	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
 	EGO_LEROBOT_PYTHON=$(CURDIR)/$(LEROBOT_VENV)/bin/python HF_HUB_OFFLINE=1 $(BIN)/pytest -n 2 -q
 
