@@ -302,6 +302,50 @@ def test_retried_segment_is_a_range_and_a_warning(built: dict[str, Built]) -> No
     assert [v[0] for v in levels].count("WARN") == len(retries)
 
 
+def time_series_plots(path: Path) -> dict[str, list[str]]:
+    """Title -> entities of each time-series plot in the recording's default layout."""
+    reader = RrdReader(path)
+    (store,) = reader.blueprints()
+    titles: dict[str, str] = {}
+    contents: dict[str, list[str]] = {}
+    for chunk in reader.stream(store=store):
+        batch = chunk.to_record_batch()
+        row = {name: batch.column(name)[0].as_py() for name in batch.schema.names}
+        if row.get("ViewBlueprint:class_identifier") == ["TimeSeries"]:
+            titles[chunk.entity_path] = row["ViewBlueprint:display_name"][0]
+        if "ViewContents:query" in row:
+            contents[chunk.entity_path.removesuffix("/ViewContents")] = row["ViewContents:query"]
+    return {title: contents[view] for view, title in titles.items()}
+
+
+@pytest.mark.parametrize("kind", ["webxr", "holos-iphone", "holos-visionpro"])
+def test_signals_are_plotted_one_unit_per_plot(built: dict[str, Built], kind: str) -> None:
+    b = built[kind]
+    plots = time_series_plots(b.summary.path)
+    series = {e for e, c in b.columns if c == "Scalars:scalars" and e.startswith("/signals/")}
+    plotted = [e for entities in plots.values() for e in entities]
+    assert sorted(plotted) == sorted(series)  # each series in exactly one plot
+    flags = plots["tracked, gaps, retries (0/1)"]
+    for path in flags:
+        assert {v[0] for v in b.columns[(path, "Scalars:scalars")].values} <= {0.0, 1.0}
+    # (the webxr capture's left hand is never seen)
+    hand = {"webxr": "hand_right", "holos-iphone": "hand_left_landmarks_3d"}.get(
+        kind, "hand_left_world"
+    )
+    assert f"/signals/{hand}/tracked" in flags
+    assert f"/signals/{hand}/wrist_speed" in plots["speed (m/s)"]
+    expected = {
+        "webxr": {"distance (m)": "/signals/pinch/left", "tracked, gaps, retries (0/1)":
+                  "/signals/segments/retry"},
+        "holos-iphone": {"acceleration (m/s²)": "/signals/imu/accel",
+                         "angular rate (rad/s)": "/signals/imu/gyro",
+                         "confidence (0-1)": f"/signals/{hand}/hand_confidence"},
+        "holos-visionpro": {"tracked, gaps, retries (0/1)": "/signals/gaps/camera_left_frames"},
+    }[kind]  # fmt: skip
+    for title, path in expected.items():
+        assert path in plots[title]
+
+
 def test_quality_document_names_the_verdict_and_blocking_reasons(built: dict[str, Built]) -> None:
     b = built["webxr"]
     text = b.static[("/quality/report", "TextDocument:text")]

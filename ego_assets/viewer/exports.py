@@ -32,7 +32,7 @@ from rerun.chunk import Chunk, IndexColumn, LazyChunkStream
 from rerun.experimental import Hdf5Reader, LeRobotReader
 
 from ego_assets.trajectory.joints import JOINT_SETS
-from ego_assets.viewer.recording import ArrowBatch
+from ego_assets.viewer.rerun_log import ArrowBatch
 from ego_assets.viewer.skeleton import skeleton_strips
 
 INFO_JSON = "meta/info.json"
