@@ -16,6 +16,7 @@ READERS = {
     "webxr": ("ego_assets.capture.webxr", "read_webxr"),
     "mano_video": ("ego_assets.capture.mano_video", "read_mano_video"),
     "aria_mps": ("ego_assets.capture.aria_mps", "read_aria_mps"),
+    "egodex": ("ego_assets.capture.egodex", "read_egodex"),
 }
 
 

@@ -12,7 +12,9 @@ import importlib
 from ego_assets.importers.core import Importer
 
 # KIND -> (module, Importer subclass)
-IMPORTERS: dict[str, tuple[str, str]] = {}
+IMPORTERS: dict[str, tuple[str, str]] = {
+    "egodex": ("ego_assets.importers.egodex", "EgoDexImporter"),
+}
 
 
 def get_importer(kind: str) -> Importer:

@@ -1,0 +1,384 @@
+"""Reader for ``egodex`` captures: one EgoDex episode (Apple Vision Pro, ARKit skeletons).
+
+A capture holds the episode's two files, byte for byte, under fixed names, and usually
+the importer's ``ego_provenance.json``:
+
+    episode.hdf5    transforms/<name> (N, 4, 4), confidences/<joint> (N,), camera/intrinsic
+    episode.mp4     the head camera video (H.264, 30 fps)
+
+What maps to what (docs/importers.md):
+
+* ``transforms/<side>Hand`` .. ``<side>LittleFingerTip`` (25 per side, ARKit hand joint
+  order) -> ``hand_<side>_world`` (``arkit27``, frame ``world`` = the ARKit origin of
+  the episode, metres). ARKit's ``forearmWrist`` and ``forearmArm`` are not in EgoDex:
+  they are NaN with ``joint_valid`` False.
+* ``confidences/<joint>`` -> ``joint_confidence``; when the file has no confidences
+  group the field is absent (not 1).
+* ``transforms/camera`` (camera-to-world, ARKit camera axes) -> ``head`` (pose) and the
+  ``video_frames`` ``world_to_camera`` (its inverse); ``camera/intrinsic`` -> per-frame
+  ``intrinsics`` and the capture's camera model.
+* the 12 body joints and ``<side>Shoulder``, ``Arm``, ``Forearm`` -> one ``pose`` stream
+  each, ``body_<name>`` (their confidences have no field there and are not kept).
+* root attributes (str or bytes, NUL padding dropped): ``task`` -> title; the LLM
+  description marked correct by ``which_llm_description`` -> language and first
+  instruction, the other one second; the rest -> capture characteristics.
+
+Time: EgoDex has no timestamps. Frame ``i`` is at ``i / 30`` s on a ``device`` clock that
+starts at 0; every stream says so (attr ``time_source``) and a quirk records it.
+
+Faults: a NaN transform is kept and flagged (``valid`` / ``joint_valid`` False, the
+rotation NaN). Errors (nothing read): a missing group, dataset or ``transforms/camera``;
+a dataset that is not float or not (N, 4, 4) / (N,) with N the camera's frame count; a
+finite transform that is not rigid (bottom row not 0 0 0 1, rotation block not
+orthonormal within `RIGID_TOLERANCE`, or a reflection), named by field and 1-based
+frame; intrinsics that are not a finite 3x3 with positive focal lengths; a video with
+fewer frames than the transforms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import h5py
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+from ego_assets.capture.files import MARKER_FILE, CaptureFiles
+from ego_assets.capture.media import probe_video
+from ego_assets.capture.provenance import PROVENANCE_FILE, provenance_ref, read_provenance
+from ego_assets.trajectory.joints import ARKIT27
+from ego_assets.trajectory.model import (
+    Annotations,
+    CameraCalibration,
+    CaptureInfo,
+    Characteristic,
+    FileRef,
+    Quirk,
+    Trajectory,
+)
+from ego_assets.trajectory.streams import AttrValue, Stream, make_stream
+
+HDF5_FILE = "episode.hdf5"
+VIDEO_FILE = "episode.mp4"
+FPS = 30
+MAX_FRAMES = FPS * 3600 * 4  # four hours: an episode averages 9 s
+RIGID_TOLERANCE = 1e-3  # max |R^T R - I| and |bottom row - (0 0 0 1)| of a float32 pose
+SIDES = ("left", "right")
+BODY = ("hip", *(f"spine{i}" for i in range(1, 8)), *(f"neck{i}" for i in range(1, 5)))
+ARM = ("Shoulder", "Arm", "Forearm")
+# EgoDex per-side hand names in ARKit HandSkeleton order (joints 0-24 of arkit27)
+HAND = tuple("Hand" if j == "wrist" else j[0].upper() + j[1:] for j in ARKIT27[:25])
+BODY_JOINTS = (*BODY, *(f"{side}{a}" for side in SIDES for a in ARM))
+JOINTS = (*BODY_JOINTS, *(f"{side}{h}" for side in SIDES for h in HAND))
+TEXT_ATTRS = (
+    "task",
+    "llm_description",
+    "llm_description2",
+    "which_llm_description",
+    "llm_type",
+    "llm_verbs",
+    "llm_objects",
+    "environment",
+    "object",
+    "session_name",
+)
+CHARACTERISTICS = ("environment", "object", "session_name", "llm_type", "llm_verbs", "llm_objects")
+TIME_SOURCE = "derived: frame_index / 30 s (EgoDex has no timestamps)"
+
+
+def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
+    """Read an ``egodex`` capture folder into the canonical `Trajectory` (see module doc).
+
+    Raises:
+        CaptureFormatError: malformed input, naming capture, file, field (the HDF5
+            dataset or attribute) and row (1-based frame).
+    """
+    poses, confidence, intrinsic, attrs = _read_hdf5(files)
+    n = poses.shape[1]
+    probe = probe_video(files, VIDEO_FILE)
+    if probe.frame_count < n:
+        raise files.error(
+            VIDEO_FILE,
+            f"holds {probe.frame_count} frames but the transforms hold {n}",
+            field="frames",
+        )
+    finite = np.isfinite(poses).all(axis=(2, 3))  # (J+1, N)
+    _check_rigid(files, poses, finite)
+    quats = np.full((*finite.shape, 4), np.nan)
+    quats[finite] = Rotation.from_matrix(poses[..., :3, :3][finite]).as_quat()
+    positions = poses[..., :3, 3]
+    ts = np.round(np.arange(n) * (1e9 / FPS)).astype(np.int64)
+    base: dict[str, AttrValue] = {
+        "nominal_rate_hz": float(FPS),
+        "source_file": HDF5_FILE,
+        "time_source": TIME_SOURCE,
+    }
+    index = {name: i for i, name in enumerate(("camera", *JOINTS))}
+
+    def pose_stream(name: str, joint: str) -> Stream:
+        j = index[joint]
+        fields = {"position": positions[j], "rotation": quats[j], "valid": finite[j]}
+        return make_stream(name, "pose", ts, 0, fields, {**base, "frame": "world"})
+
+    streams = [pose_stream("head", "camera")]
+    for side in SIDES:
+        streams.append(_hand_stream(side, ts, positions, quats, finite, confidence, index, base))
+    streams.extend(pose_stream(f"body_{joint}", joint) for joint in BODY_JOINTS)
+    world_to_camera = np.full((n, 4, 4), np.nan)
+    cam_ok = finite[0]
+    world_to_camera[cam_ok] = np.linalg.inv(poses[0][cam_ok])
+    fx, fy, cx, cy = intrinsic[0, 0], intrinsic[1, 1], intrinsic[0, 2], intrinsic[1, 2]
+    streams.append(
+        make_stream(
+            "video_frames",
+            "media_frames",
+            ts,
+            0,
+            {
+                "frame_index": np.arange(n, dtype=np.int64),
+                "intrinsics": np.tile([fx, fy, cx, cy], (n, 1)),
+                "world_to_camera": world_to_camera,
+            },
+            {**base, "media": "video", "camera_axes": "arkit"},
+        )
+    )
+    quirks = [Quirk(HDF5_FILE, "no timestamps: frame i is at i / 30 s (derived)", n, "transforms")]
+    if confidence is None:
+        quirks.append(Quirk(HDF5_FILE, "no confidences group: confidence absent", 0, "confidences"))
+    if probe.frame_count > n:
+        quirks.append(
+            Quirk(
+                VIDEO_FILE, f"video holds {probe.frame_count - n} frames more than the transforms"
+            )
+        )
+    provenance = read_provenance(files) if files.exists(PROVENANCE_FILE) else None
+    original = str(provenance["original_path"]) if provenance else ""
+    parts = original.split("/")
+    language, instructions = _descriptions(files, attrs)
+    info = CaptureInfo(
+        capture_id=files.capture,
+        source_kind="egodex",
+        source_version="egodex/hdf5",
+        start_ns=0,
+        clock="device",
+        source_capture_id=original,
+        device="Apple Vision Pro",
+        modality="visionpro",
+        title=attrs.get("task", ""),
+        world_frame="arkit_origin",
+        handedness="right",
+        up_axis="Y",
+        dataset_name="egodex",
+        split=parts[0] if len(parts) >= 3 else "",
+        cameras=(
+            CameraCalibration(
+                "video",
+                "pinhole",
+                probe.width,
+                probe.height,
+                float(fx),
+                float(fy),
+                float(cx),
+                float(cy),
+            ),
+        )
+        if probe.width > 0 and probe.height > 0
+        else (),
+        characteristics=tuple(
+            Characteristic(name, "known", attrs[name])
+            if name in attrs
+            else Characteristic(name, "unknown")
+            for name in CHARACTERISTICS
+        ),
+    )
+    refs = [FileRef("egodex_hdf5", HDF5_FILE, "application/x-hdf5")]
+    if provenance is not None:
+        refs.append(provenance_ref())
+    known = {MARKER_FILE, HDF5_FILE, VIDEO_FILE, PROVENANCE_FILE}
+    return Trajectory(
+        info=info,
+        streams=tuple(streams),
+        annotations=Annotations(instructions=instructions, language=language),
+        media=(
+            probe.media_ref(
+                "video", VIDEO_FILE, "video/mp4", frames_stream="video_frames", start_ns=0
+            ),
+        ),
+        files=tuple(refs),
+        extra_files=tuple(p for p in files.list_files() if p not in known),
+        quirks=tuple(quirks),
+    )
+
+
+def _read_hdf5(
+    files: CaptureFiles,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, dict[str, str]]:
+    """(1 + 68, N, 4, 4) float64 poses (camera first, then `JOINTS`), (68, N) confidences
+    or None, the 3x3 intrinsic and the text attributes; every shape checked before reading."""
+    path = files.path(HDF5_FILE)
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise files.error(HDF5_FILE, f"not a readable HDF5 file: {exc}") from None
+    with f:
+        group = _group(files, f, "transforms")
+        cam = _dataset(files, group, "transforms", "camera")
+        n = _frames(files, "transforms/camera", cam.shape, (4, 4))
+        poses = np.empty((1 + len(JOINTS), n, 4, 4))
+        for i, name in enumerate(("camera", *JOINTS)):
+            ds = _dataset(files, group, "transforms", name)
+            _frames(files, f"transforms/{name}", ds.shape, (4, 4), n)
+            poses[i] = ds[()]
+        confidence = None
+        if "confidences" in f:
+            conf_group = _group(files, f, "confidences")
+            confidence = np.empty((len(JOINTS), n))
+            for i, name in enumerate(JOINTS):
+                ds = _dataset(files, conf_group, "confidences", name)
+                _frames(files, f"confidences/{name}", ds.shape, (), n)
+                confidence[i] = ds[()]
+        cam_group = _group(files, f, "camera")
+        k_ds = _dataset(files, cam_group, "camera", "intrinsic")
+        if k_ds.shape != (3, 3):
+            raise files.error(
+                HDF5_FILE, f"shape {k_ds.shape}, expected (3, 3)", field="camera/intrinsic"
+            )
+        intrinsic = np.asarray(k_ds[()], dtype=np.float64)
+        if not np.isfinite(intrinsic).all() or intrinsic[0, 0] <= 0 or intrinsic[1, 1] <= 0:
+            raise files.error(
+                HDF5_FILE,
+                "needs finite values and positive focal lengths",
+                field="camera/intrinsic",
+            )
+        attrs = {name: _text(files, f.attrs[name], name) for name in TEXT_ATTRS if name in f.attrs}
+    return poses, confidence, intrinsic, attrs
+
+
+def _group(files: CaptureFiles, f: h5py.File, name: str) -> h5py.Group:
+    if name not in f:
+        raise files.error(HDF5_FILE, "group is missing", field=name)
+    group = f[name]
+    if not isinstance(group, h5py.Group):
+        raise files.error(HDF5_FILE, "is not a group", field=name)
+    return group
+
+
+def _dataset(files: CaptureFiles, group: h5py.Group, where: str, name: str) -> h5py.Dataset:
+    field = f"{where}/{name}"
+    if name not in group:
+        raise files.error(HDF5_FILE, "dataset is missing", field=field)
+    ds = group[name]
+    if not isinstance(ds, h5py.Dataset) or ds.dtype.kind != "f":
+        raise files.error(HDF5_FILE, "is not a floating-point dataset", field=field)
+    return ds
+
+
+def _frames(
+    files: CaptureFiles,
+    field: str,
+    shape: tuple[int, ...],
+    per_frame: tuple[int, ...],
+    n: int | None = None,
+) -> int:
+    """The frame count of a (N, *per_frame) dataset, checked against ``n`` when given."""
+    if len(shape) != 1 + len(per_frame) or tuple(shape[1:]) != per_frame:
+        want = ", ".join(("N", *map(str, per_frame)))
+        raise files.error(HDF5_FILE, f"shape {shape}, expected ({want})", field=field)
+    if n is not None and shape[0] != n:
+        raise files.error(
+            HDF5_FILE, f"has {shape[0]} frames, transforms/camera has {n}", field=field
+        )
+    if not 1 <= shape[0] <= MAX_FRAMES:
+        raise files.error(HDF5_FILE, f"{shape[0]} frames; expected 1 to {MAX_FRAMES}", field=field)
+    return int(shape[0])
+
+
+def _check_rigid(files: CaptureFiles, poses: np.ndarray, finite: np.ndarray) -> None:
+    """Every finite pose is rigid: bottom row 0 0 0 1, orthonormal rotation, det +1."""
+    rot = poses[..., :3, :3]
+    gram = np.einsum("...ji,...jk->...ik", rot, rot)
+    err = np.abs(gram - np.eye(3)).max(axis=(-2, -1))
+    err = np.maximum(err, np.abs(poses[..., 3, :] - np.array([0.0, 0.0, 0.0, 1.0])).max(axis=-1))
+    with np.errstate(invalid="ignore"):  # NaN poses: kept, flagged by the streams
+        bad = finite & ((err > RIGID_TOLERANCE) | (np.linalg.det(rot) < 0))
+    if bad.any():
+        j, frame = (int(v[0]) for v in np.nonzero(bad))
+        name = ("camera", *JOINTS)[j]
+        raise files.error(
+            HDF5_FILE,
+            f"not a rigid transform (max |R^T R - I|, |bottom row - 0 0 0 1| = {err[j, frame]:.3g};"
+            f" tolerance {RIGID_TOLERANCE}; {int(bad.sum())} such poses)",
+            field=f"transforms/{name}",
+            row=frame + 1,
+        )
+
+
+def _hand_stream(
+    side: str,
+    ts: np.ndarray,
+    positions: np.ndarray,
+    quats: np.ndarray,
+    finite: np.ndarray,
+    confidence: np.ndarray | None,
+    index: Mapping[str, int],
+    base: Mapping[str, AttrValue],
+) -> Stream:
+    """``hand_<side>_world``: arkit27, EgoDex joints 0-24, forearm joints NaN and invalid."""
+    n = len(ts)
+    rows = [index[f"{side}{h}"] for h in HAND]
+    pos = np.full((n, len(ARKIT27), 3), np.nan)
+    rot = np.full((n, len(ARKIT27), 4), np.nan)
+    valid = np.zeros((n, len(ARKIT27)), bool)
+    pos[:, :25] = positions[rows].transpose(1, 0, 2)
+    rot[:, :25] = quats[rows].transpose(1, 0, 2)
+    valid[:, :25] = finite[rows].T
+    fields = {
+        "position": pos,
+        "rotation": rot,
+        "joint_valid": valid,
+        "hand_valid": valid[:, 0].copy(),
+    }
+    if confidence is not None:
+        conf = np.full((n, len(ARKIT27)), np.nan)
+        conf[:, :25] = confidence[[r - 1 for r in rows]].T  # confidences skip the camera
+        fields["joint_confidence"] = conf
+    attrs = {**base, "joint_set": "arkit27", "hand": side, "frame": "world"}
+    return make_stream(f"hand_{side}_world", "hand_joints", ts, 0, fields, attrs)
+
+
+def _text(files: CaptureFiles, value: Any, name: str) -> str:
+    """An attribute as text: str, bytes or a 1-element array of them; NUL padding dropped."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "u" and value.ndim == 1 and value.itemsize == 1:
+            value = value.tobytes()
+        elif value.size == 1:
+            value = value.reshape(()).item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise files.error(
+                HDF5_FILE, f"bytes are not UTF-8 (offset {exc.start})", field=name
+            ) from None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise files.error(HDF5_FILE, f"expected text, got {type(value).__name__}", field=name)
+    return value.split("\x00", 1)[0].strip()
+
+
+def _descriptions(files: CaptureFiles, attrs: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
+    """(language, instructions): the correct LLM description first, then the other."""
+    texts = [attrs[k] for k in ("llm_description", "llm_description2") if attrs.get(k)]
+    which = attrs.get("which_llm_description", "1") or "1"
+    if which not in ("1", "2"):
+        raise files.error(
+            HDF5_FILE, f"must be 1 or 2, got {which!r}", field="which_llm_description"
+        )
+    chosen = attrs.get("llm_description2" if which == "2" else "llm_description", "")
+    if not chosen:
+        return (texts[0] if texts else ""), tuple(texts)
+    return chosen, (chosen, *(t for t in texts if t != chosen))
