@@ -17,6 +17,9 @@ READERS = {
     "mano_video": ("ego_assets.capture.mano_video", "read_mano_video"),
     "aria_mps": ("ego_assets.capture.aria_mps", "read_aria_mps"),
     "egodex": ("ego_assets.capture.egodex", "read_egodex"),
+    "lerobot_v3": ("ego_assets.capture.lerobot_v3", "read_lerobot_v3"),
+    "holos_hdf5": ("ego_assets.capture.holos_hdf5", "read_holos_hdf5"),
+    "egosmith_webdataset": ("ego_assets.capture.egosmith_webdataset", "read_egosmith_webdataset"),
 }
 
 

@@ -30,7 +30,16 @@ from ego_assets.errors import CaptureFormatError
 MARKER_FILE = "ego_capture.json"
 MARKER_FORMAT = "ego-capture-marker"
 MARKER_VERSION = 1
-CAPTURE_KINDS = ("holos", "webxr", "mano_video", "aria_mps", "egodex")
+CAPTURE_KINDS = (
+    "holos",
+    "webxr",
+    "mano_video",
+    "aria_mps",
+    "egodex",
+    "lerobot_v3",
+    "holos_hdf5",
+    "egosmith_webdataset",
+)
 
 MAX_JSON_BYTES = 64 << 20  # a JSON document (not JSON Lines) is read whole: at most 64 MiB
 MAX_JSON_DEPTH = 64  # deepest nesting of arrays/objects a JSON document may have

@@ -896,9 +896,9 @@ class _Raw(_Section):
         time = self.w.time_scale(group, t, self.units)
         self.w.data(group, "timestamp_ns", ts, [time], "ns", "source timestamp, nanoseconds")
         group.attrs["source_stream"] = stream.name
-        for key in ("source_file", "nominal_rate_hz", "frame", "joint_set", "hand"):
-            if key in stream.attrs:
-                group.attrs[key] = stream.attrs[key]
+        group.attrs["stream_kind"] = stream.kind
+        for key, value in sorted(stream.attrs.items()):  # every attr: an import rebuilds it
+            group.attrs[key] = value
         self.notes.raw.append(path)
         return group, time
 
@@ -1094,7 +1094,6 @@ class _Raw(_Section):
     def _generic(self, path: str, stream: Stream) -> None:
         """Any other stream: each field as a dataset, trailing axes on pure dimensions."""
         group, time = self.clock(path, stream)
-        group.attrs["stream_kind"] = stream.kind
         for spec in stream.spec.fields:
             if spec.name not in stream.fields:
                 continue

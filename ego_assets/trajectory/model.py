@@ -17,7 +17,17 @@ from ego_assets.trajectory.records import from_jsonable, to_jsonable
 from ego_assets.trajectory.streams import Stream
 
 MODEL_VERSION = "ego-trajectory-1"
-SOURCE_KINDS = ("holos-visionpro", "holos-iphone", "webxr", "mano-video", "aria-mps", "egodex")
+SOURCE_KINDS = (
+    "holos-visionpro",
+    "holos-iphone",
+    "webxr",
+    "mano-video",
+    "aria-mps",
+    "egodex",
+    "lerobot-v3",
+    "holos-hdf5",
+    "egosmith-webdataset",
+)
 AVAILABILITY_STATUSES = ("known", "unknown", "unavailable")
 SEGMENT_OUTCOMES = ("success", "completed", "retry", "failed", "aborted", "unknown")
 

@@ -197,6 +197,14 @@ STREAM_KINDS: Mapping[str, StreamKind] = MappingProxyType(
                 "Pinch distances per recorder slot (NaN where the hand was not tracked).",
             ),
             StreamKind(
+                "vector",
+                (_f("values", "float64", ("D",), "1", True, "the source's values, as given"),),
+                ("names",),
+                "A named vector column an imported dataset carries that no other kind "
+                "types (LeRobot state/action columns, robomimic obs): ``names`` is the JSON "
+                "list of the D component names, ``unit`` (optional attr) their unit.",
+            ),
+            StreamKind(
                 "recorder_slots",
                 (
                     _f("slot_index", "int64", (), "1", True, "recorder frame index in the journal"),
