@@ -46,7 +46,7 @@ from ego_assets.capture.files import CaptureFiles
 from ego_assets.capture.media import probe_video
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.trajectory.joints import FINGERTIPS, JOINT_SETS, WRIST
-from ego_assets.trajectory.model import Annotations, CaptureInfo, MediaRef, Trajectory
+from ego_assets.trajectory.model import Annotations, CaptureInfo, Trajectory
 from ego_assets.trajectory.streams import Stream, make_stream, sample_flags
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,9 @@ def read_samples(files: CaptureFiles) -> tuple[list[str], dict[str, list[bytes]]
     def finish() -> None:
         missing = [e for e in C.REQUIRED_EXTENSIONS if e not in current]
         if missing:
-            raise files.error(SAMPLES_FILE, f"sample lacks {', '.join(missing)}",
-                              field=keys[-1], row=len(keys))
+            raise files.error(
+                SAMPLES_FILE, f"sample lacks {', '.join(missing)}", field=keys[-1], row=len(keys)
+            )
         for ext in C.EXTENSIONS:
             if ext in current:
                 members[ext].append(current[ext])
@@ -110,10 +111,16 @@ def _npy(files: CaptureFiles, data: list[bytes], what: str, shape: tuple[int, ..
         try:
             a = np.load(io.BytesIO(raw), allow_pickle=False)
         except ValueError as exc:
-            raise files.error(SAMPLES_FILE, f"not a .npy array: {exc}", field=what, row=i + 1)
+            raise files.error(
+                SAMPLES_FILE, f"not a .npy array: {exc}", field=what, row=i + 1
+            ) from None
         if a.dtype != np.float32 or (shape is not None and a.shape != shape):
-            raise files.error(SAMPLES_FILE, f"{a.dtype} {a.shape}, expected float32 {shape}",
-                              field=what, row=i + 1)
+            raise files.error(
+                SAMPLES_FILE,
+                f"{a.dtype} {a.shape}, expected float32 {shape}",
+                field=what,
+                row=i + 1,
+            )
         arrays.append(a)
     if len({a.shape for a in arrays}) > 1:
         raise files.error(SAMPLES_FILE, "samples disagree on the shape", field=what)
@@ -133,7 +140,7 @@ def read_egosmith_webdataset(files: CaptureFiles, marker: Mapping[str, Any]) -> 
         try:
             meta = json.loads(raw)
         except ValueError as exc:
-            raise files.error(SAMPLES_FILE, f"meta.json: {exc}", field=keys[i], row=i + 1)
+            raise files.error(SAMPLES_FILE, f"meta.json: {exc}", field=keys[i], row=i + 1) from None
         if not isinstance(meta, dict) or "presence" not in meta:
             raise files.error(SAMPLES_FILE, "meta.json lacks presence", field=keys[i], row=i + 1)
         metas.append(meta)
@@ -174,7 +181,8 @@ def read_egosmith_webdataset(files: CaptureFiles, marker: Mapping[str, Any]) -> 
         info=info,
         streams=tuple(streams),
         annotations=Annotations(
-            instructions=tuple(str(s) for s in instructions) if isinstance(instructions, list)
+            instructions=tuple(str(s) for s in instructions)
+            if isinstance(instructions, list)
             else (),
             language=str(first.get("language_code", "")),
         ),
@@ -185,13 +193,17 @@ def read_egosmith_webdataset(files: CaptureFiles, marker: Mapping[str, Any]) -> 
 def _frame(files: CaptureFiles, key: str, row: int) -> int:
     head, sep, frame = key.rpartition("_f")
     if not sep or not frame.isdigit() or "_ep" not in head:
-        raise files.error(SAMPLES_FILE, "not an EgoSmith key <dataset>_epNNNNNN_fNNNNNN",
-                          field=key, row=row + 1)
+        raise files.error(
+            SAMPLES_FILE, "not an EgoSmith key <dataset>_epNNNNNN_fNNNNNN", field=key, row=row + 1
+        )
     return int(frame)
 
 
 def _frames_stream(
-    lowdim: np.ndarray, metas: list[dict[str, Any]], frames: np.ndarray, ts: np.ndarray,
+    lowdim: np.ndarray,
+    metas: list[dict[str, Any]],
+    frames: np.ndarray,
+    ts: np.ndarray,
     start_ns: int,
 ) -> Stream:
     valid = np.array([bool(m.get("extrinsic_valid", True)) for m in metas])
@@ -249,8 +261,12 @@ def _hand_streams(
     if isinstance(source, dict) and source.get(side):
         attrs["rotation_source"] = str(source[side])
     wrist_stream = make_stream(
-        f"wrist_{side}", "wrist_palm", ts, start_ns,
-        {"wrist_position": wrist, "wrist_rotation": quat, "hand_valid": present}, attrs,
+        f"wrist_{side}",
+        "wrist_palm",
+        ts,
+        start_ns,
+        {"wrist_position": wrist, "wrist_rotation": quat, "hand_valid": present},
+        attrs,
     )
     joints = len(JOINT_SETS[MP21])
     position = np.full((n, joints, 3), np.nan)
@@ -261,28 +277,45 @@ def _hand_streams(
     held = {"position": position[:, list(_HAND_JOINTS)]}
     missing = [name for i, name in enumerate(JOINT_SETS[MP21]) if i not in _HAND_JOINTS]
     hand = Stream(
-        f"hand_{side}", "hand_joints", ts, (ts - np.int64(start_ns)).astype(np.float64) / 1e9,
+        f"hand_{side}",
+        "hand_joints",
+        ts,
+        (ts - np.int64(start_ns)).astype(np.float64) / 1e9,
         {"position": position, "joint_valid": joint_valid, "hand_valid": present},
-        {**common, "joint_set": MP21, "hand": side, "frame": "world",
-         "missing_joints": ", ".join(missing)},
+        {
+            **common,
+            "joint_set": MP21,
+            "hand": side,
+            "frame": "world",
+            "missing_joints": ", ".join(missing),
+        },
         sample_flags(ts, held),
     )
     return [wrist_stream, hand]
 
 
 def _mano_stream(
-    files: CaptureFiles, mano: np.ndarray, side: str, present: np.ndarray, ts: np.ndarray,
-    start_ns: int, common: Mapping[str, Any],
+    files: CaptureFiles,
+    mano: np.ndarray,
+    side: str,
+    present: np.ndarray,
+    ts: np.ndarray,
+    start_ns: int,
+    common: Mapping[str, Any],
 ) -> Stream:
     width = mano.shape[2]
     pose = width - C.MANO_POSE_START - C.DEFAULT_MANO_BETAS
     if pose < 1:
-        raise files.error(SAMPLES_FILE, f"mano.npy rows of {width} values hold no pose",
-                          field="mano.npy")
+        raise files.error(
+            SAMPLES_FILE, f"mano.npy rows of {width} values hold no pose", field="mano.npy"
+        )
     schema = _episode_mano(files)
     row = mano[:, C.HANDS.index(side)]
     return make_stream(
-        f"mano_{side}", "mano", ts, start_ns,
+        f"mano_{side}",
+        "mano",
+        ts,
+        start_ns,
         {
             "transl": row[:, C.MANO_TRANSL],
             "global_orient": row[:, C.MANO_GLOBAL_ORIENT],
@@ -290,9 +323,13 @@ def _mano_stream(
             "betas": row[:, C.MANO_POSE_START + pose :],
             "valid_detected": present,
         },
-        {**common, "hand": side, "frame": "world",
-         "mano_pose_space": str(schema.get("pose_space", "pca")),
-         "flat_hand_mean": bool(schema.get("flat_hand_mean", False))},
+        {
+            **common,
+            "hand": side,
+            "frame": "world",
+            "mano_pose_space": str(schema.get("pose_space", "pca")),
+            "flat_hand_mean": bool(schema.get("flat_hand_mean", False)),
+        },
     )
 
 

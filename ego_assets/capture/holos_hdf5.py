@@ -123,13 +123,25 @@ def _attr(value: Any) -> str | int | float | bool:
     return str(value)
 
 
+def _group_attrs(group: h5py.Group) -> dict[str, str | int | float | bool]:
+    """A raw group's attributes as stream attrs (``boolean_attrs`` names the booleans)."""
+    attrs = {k: _attr(v) for k, v in group.attrs.items()}
+    flags = str(attrs.pop("boolean_attrs", ""))
+    for key in filter(None, (k.strip() for k in flags.split(","))):
+        if key in attrs:
+            attrs[key] = bool(attrs[key])
+    return attrs
+
+
 class _Reader:
     def __init__(self, files: CaptureFiles, f: h5py.File) -> None:
         self.files = files
         self.f = f
         demos = sorted(k for k in f.get("data", {}) if k.startswith("demo_"))
         if len(demos) != 1:
-            raise files.error(H5_FILE, f"expected one demo under /data, found {demos}", field="data")
+            raise files.error(
+                H5_FILE, f"expected one demo under /data, found {demos}", field="data"
+            )
         self.demo_name = demos[0]
         self.demo: h5py.Group = f["data"][demos[0]]
         self.info = self._info()
@@ -158,7 +170,9 @@ class _Reader:
             try:
                 stored = from_jsonable(CaptureInfo, kwargs)
             except (TypeError, ValueError) as exc:
-                raise self.error("/data@env_args", f"env_kwargs is not a capture header: {exc}")
+                raise self.error(
+                    "/data@env_args", f"env_kwargs is not a capture header: {exc}"
+                ) from None
             return replace(
                 stored,
                 capture_id=self.files.capture,
@@ -200,7 +214,9 @@ class _Reader:
         else:
             streams = self._obs_streams()
         media = self._media(streams)
-        log.info("holos_hdf5 %s: %d streams, %d media", self.files.capture, len(streams), len(media))
+        log.info(
+            "holos_hdf5 %s: %d streams, %d media", self.files.capture, len(streams), len(media)
+        )
         return Trajectory(
             info=self.info,
             streams=tuple(sorted(streams, key=lambda s: s.name)),
@@ -225,7 +241,7 @@ class _Reader:
         return streams
 
     def _group_stream(self, group: h5py.Group, place: str) -> Stream:
-        attrs = {k: _attr(v) for k, v in group.attrs.items()}
+        attrs = _group_attrs(group)
         name = str(attrs.pop("source_stream", group.name.rsplit("/", 1)[-1]))
         kind, how = _TYPED.get(place, ("", "generic"))
         kind = str(attrs.pop("stream_kind", kind))
@@ -259,12 +275,8 @@ class _Reader:
         return ds[...]
 
     def _fields(self, group: h5py.Group, kind: str, how: str, n: int) -> dict[str, np.ndarray]:
-        renames: dict[str, tuple[str, ...]] = {
-            "pose": ("pose",),
-            "skeleton": ("joints",),
-        }.get(how, ())
         fields: dict[str, np.ndarray] = {}
-        for key in renames:
+        for key in {"pose": ("pose",), "skeleton": ("joints",)}.get(how, ()):
             pose = np.asarray(self._read(group, key, n), np.float64)
             fields["position"], fields["rotation"] = pose[..., :3], pose[..., 3:7]
         if how in ("landmarks_3d", "landmarks_2d"):
@@ -321,14 +333,14 @@ class _Reader:
         pose = np.concatenate([p[2] for p in parts])[order]
         fields = {
             "anchor_id": anchors[order],
-            "anchor_name": np.concatenate(
-                [np.full(len(p[0]), p[5], dtype=object) for p in parts]
-            )[order],
+            "anchor_name": np.concatenate([np.full(len(p[0]), p[5], dtype=object) for p in parts])[
+                order
+            ],
             "position": pose[:, :3],
             "rotation": pose[:, 3:7],
             "valid": np.concatenate([p[3] for p in parts])[order],
         }
-        attrs = {k: _attr(v) for k, v in groups[0].attrs.items()}
+        attrs = _group_attrs(groups[0])
         name = str(attrs.pop("source_stream", "object_pose"))
         for key in ("anchor_id", "name", "stream_kind"):
             attrs.pop(key, None)
@@ -363,16 +375,18 @@ class _Reader:
                 key = f"hand_{side}_joints_{suffix}"
                 if key in obs and joint_set:
                     pose = np.asarray(self._read(obs, key, n), np.float64)
-                    ok = np.isfinite(pose).all(axis=2)
+                    ok = np.asarray(np.isfinite(pose).all(axis=2))
                     fields = {
                         "position": pose[..., :3],
                         "rotation": pose[..., 3:],
                         "joint_valid": ok,
-                        "hand_valid": ok.any(axis=1),
+                        "hand_valid": np.asarray(ok.any(axis=1)),
                     }
                     attrs = {**base, "joint_set": joint_set, "hand": side, "frame": frame}
                     streams.append(
-                        self._stream(f"hand_{side}_{suffix}", "hand_joints", ts, time, fields, attrs)
+                        self._stream(
+                            f"hand_{side}_{suffix}", "hand_joints", ts, time, fields, attrs
+                        )
                     )
                     used.add(key)
             key = f"hand_{side}_landmarks_3d"
@@ -391,7 +405,9 @@ class _Reader:
                 "accel": np.asarray(self._read(obs, "imu_accel", n), np.float64),
                 "gyro": np.asarray(self._read(obs, "imu_gyro", n), np.float64),
             }
-            streams.append(self._stream("imu", "imu", ts, time, fields, {**base, "frame": "device"}))
+            streams.append(
+                self._stream("imu", "imu", ts, time, fields, {**base, "frame": "device"})
+            )
             used |= {"imu_accel", "imu_gyro"}
         for key, ds in obs.items():
             if key in used or not isinstance(ds, h5py.Dataset) or ds.dtype.kind not in "fiub":
@@ -450,27 +466,39 @@ class _Reader:
         vlm: tuple[VlmOutput, ...] = ()
         if "holos/transcript/segments" in f:
             transcript = tuple(
-                TranscriptSegment(float(r["start_s"]), float(r["end_s"]), _text(r["text"]),
-                                  bool(r["is_final"]))
+                TranscriptSegment(
+                    float(r["start_s"]), float(r["end_s"]), _text(r["text"]), bool(r["is_final"])
+                )
                 for r in f["holos/transcript/segments"][...]
             )
         if "holos/transcript/tokens" in f:
             tokens = tuple(
-                TranscriptToken(int(r["segment"]), float(r["start_s"]), float(r["end_s"]),
-                                _text(r["text"]))
+                TranscriptToken(
+                    int(r["segment"]), float(r["start_s"]), float(r["end_s"]), _text(r["text"])
+                )
                 for r in f["holos/transcript/tokens"][...]
             )
         if "holos/events/procedure_steps" in f:
             steps = tuple(
-                ProcedureStep(int(r["index"]), _text(r["step_id"]), _text(r["title"]),
-                              float(r["t_start"]), float(r["t_end"]))
+                ProcedureStep(
+                    int(r["index"]),
+                    _text(r["step_id"]),
+                    _text(r["title"]),
+                    float(r["t_start"]),
+                    float(r["t_end"]),
+                )
                 for r in f["holos/events/procedure_steps"][...]
             )
         if "holos/vlm/output" in f:
             origin = self._mono_start()
             vlm = tuple(
-                VlmOutput(float(r["t_mono"]), _text(r["t_wall"]), float(r["t_mono"]) - origin,
-                          _text(r["prompt"]), _text(r["output"]))
+                VlmOutput(
+                    float(r["t_mono"]),
+                    _text(r["t_wall"]),
+                    float(r["t_mono"]) - origin,
+                    _text(r["prompt"]),
+                    _text(r["output"]),
+                )
                 for r in f["holos/vlm/output"][...]
             )
         instructions, language = self._session_language()
@@ -536,4 +564,4 @@ def _parse_start(text: str) -> int | None:
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
-    return int(round(moment.timestamp() * 1e6)) * 1000
+    return round(moment.timestamp() * 1e6) * 1000

@@ -55,7 +55,7 @@ from ego_assets.trajectory.model import (
     StudyInfo,
     Trajectory,
 )
-from ego_assets.trajectory.streams import Stream, make_stream
+from ego_assets.trajectory.streams import AttrValue, Stream, make_stream
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +175,9 @@ class _Reader:
             raise files.error(INFO_FILE, "expected a JSON object")
         version = self.info.get("codebase_version")
         if not isinstance(version, str) or not version.startswith("v3."):
-            raise files.error(INFO_FILE, f"codebase_version {version!r}, expected v3.x",
-                              field="codebase_version")
+            raise files.error(
+                INFO_FILE, f"codebase_version {version!r}, expected v3.x", field="codebase_version"
+            )
         fps = self.info.get("fps")
         if isinstance(fps, bool) or not isinstance(fps, int | float) or not fps > 0:
             raise files.error(INFO_FILE, f"fps {fps!r} must be a positive number", field="fps")
@@ -195,18 +196,25 @@ class _Reader:
             raise self.files.error(rel, f"unreadable Parquet: {exc}") from None
 
     def _episode(self) -> dict[str, Any]:
-        rels = sorted(p for p in self.files.list_files() if p.startswith(f"{EPISODES_DIR}/")
-                      and p.endswith(".parquet"))
+        rels = sorted(
+            p
+            for p in self.files.list_files()
+            if p.startswith(f"{EPISODES_DIR}/") and p.endswith(".parquet")
+        )
         if not rels:
             raise self.files.error(f"{EPISODES_DIR}/", "no episodes metadata file")
         rows = [row for rel in rels for row in self._parquet(rel).to_pylist()]
         if len(rows) != 1:
-            raise self.files.error(rels[0], f"a capture is one episode; found {len(rows)}",
-                                   field="episode_index")
+            raise self.files.error(
+                rels[0], f"a capture is one episode; found {len(rows)}", field="episode_index"
+            )
         total = self.info.get("total_episodes")
         if total != 1:
-            raise self.files.error(INFO_FILE, f"total_episodes is {total!r}, the episodes "
-                                   "metadata lists 1", field="total_episodes")
+            raise self.files.error(
+                INFO_FILE,
+                f"total_episodes is {total!r}, the episodes metadata lists 1",
+                field="total_episodes",
+            )
         return rows[0]
 
     def _ceres_metadata(self) -> dict[str, Any]:
@@ -240,12 +248,19 @@ class _Reader:
         table = table.filter(pa.array(index == int(ep["episode_index"])))
         length = int(ep.get("length", table.num_rows))
         if table.num_rows != length:
-            raise self.files.error(rel, f"{table.num_rows} rows of episode "
-                                   f"{ep['episode_index']}, its metadata says {length}",
-                                   field="episode_index")
+            raise self.files.error(
+                rel,
+                f"{table.num_rows} rows of episode "
+                f"{ep['episode_index']}, its metadata says {length}",
+                field="episode_index",
+            )
         if self.info.get("total_frames") != length:
-            raise self.files.error(INFO_FILE, f"total_frames is {self.info.get('total_frames')!r},"
-                                   f" the data file holds {length} rows", field="total_frames")
+            raise self.files.error(
+                INFO_FILE,
+                f"total_frames is {self.info.get('total_frames')!r},"
+                f" the data file holds {length} rows",
+                field="total_frames",
+            )
         return table, rel
 
     def _time(self, table: pa.Table) -> np.ndarray:
@@ -261,7 +276,7 @@ class _Reader:
         time = self._time(table)
         ts = np.round(time * 1e9).astype(np.int64)
         n = table.num_rows
-        common = {"source_file": data_rel, "nominal_rate_hz": self.fps}
+        common: dict[str, AttrValue] = {"source_file": data_rel, "nominal_rate_hz": self.fps}
         streams: list[Stream] = []
         used = set(DEFAULT_COLUMNS)
         state = self.features.get(CERES_STATE)
@@ -279,8 +294,10 @@ class _Reader:
                 "gap": table.column(CERES_SOURCE[2]).to_numpy(zero_copy_only=False).astype(bool),
                 "source_time": table.column(CERES_SOURCE[1]).to_numpy().astype(np.float64),
             }
-            attrs = {**common, "rate_hz": self.fps}
-            streams.append(make_stream("recorder_slots", "recorder_slots", ts, 0, slots, attrs))
+            slot_attrs = {**common, "rate_hz": self.fps}
+            streams.append(
+                make_stream("recorder_slots", "recorder_slots", ts, 0, slots, slot_attrs)
+            )
             used |= set(CERES_SOURCE)
         for key, feature in self.features.items():
             if key in used or feature.dtype in (*_NOT_COLUMNS, "string"):
@@ -320,16 +337,25 @@ class _Reader:
             file_index=int(ep.get(f"videos/{key}/file_index", 0)),
         )
         probe = probe_video(self.files, rel)
-        first = int(round(float(ep.get(f"videos/{key}/from_timestamp", 0.0)) * self.fps))
+        first = round(float(ep.get(f"videos/{key}/from_timestamp", 0.0)) * self.fps)
         if first + n > probe.frame_count:
-            raise self.files.error(rel, f"holds {probe.frame_count} frames; the episode needs "
-                                   f"frames {first}..{first + n - 1}", field=key)
+            raise self.files.error(
+                rel,
+                f"holds {probe.frame_count} frames; the episode needs "
+                f"frames {first}..{first + n - 1}",
+                field=key,
+            )
         camera = self.metadata.get("camera", {})
         role = str(camera.get("selected") or key)
         name = f"{role}_frames"
-        frames = make_stream(name, "media_frames", ts, 0,
-                             {"frame_index": np.arange(first, first + n, dtype=np.int64)},
-                             {**common, "media": role, "video_key": key})
+        frames = make_stream(
+            name,
+            "media_frames",
+            ts,
+            0,
+            {"frame_index": np.arange(first, first + n, dtype=np.int64)},
+            {**common, "media": role, "video_key": key},
+        )
         return probe.media_ref(role, rel, "video/mp4", frames_stream=name), frames
 
     # ------------------------------------------------------------------ header
@@ -359,8 +385,9 @@ class _Reader:
             world_frame=str(capture.get("world_frame", "world")),
             handedness=handedness if handedness in ("right", "left") else "right",
             up_axis=up_axis if up_axis in ("X", "Y", "Z", "-X", "-Y", "-Z") else "Y",
-            recorder_rate_hz=float(rate["value"]) if isinstance(rate, dict)
-            and isinstance(rate.get("value"), int | float) else None,
+            recorder_rate_hz=float(rate["value"])
+            if isinstance(rate, dict) and isinstance(rate.get("value"), int | float)
+            else None,
             cameras=self._cameras(),
             characteristics=characteristics,
             study=self._study(),
@@ -370,8 +397,14 @@ class _Reader:
         study = self.metadata.get("study")
         if not isinstance(study, dict):
             return None
-        keys = ("headset_id", "demonstrator_id", "project_id", "consent_date",
-                "consent_document_id", "raw_audio_retained")
+        keys = (
+            "headset_id",
+            "demonstrator_id",
+            "project_id",
+            "consent_date",
+            "consent_document_id",
+            "raw_audio_retained",
+        )
         return StudyInfo(**{k: study.get(k) for k in keys})
 
     def _cameras(self) -> tuple[CameraCalibration, ...]:
@@ -397,36 +430,44 @@ class _Reader:
                 ),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise self.files.error(CERES_METADATA, f"calibration: {exc}", field="calibration")
+            raise self.files.error(
+                CERES_METADATA, f"calibration: {exc}", field="calibration"
+            ) from None
 
     def _annotations(self, table: pa.Table) -> Annotations:
         tasks = self._parquet(TASKS_FILE) if self.files.exists(TASKS_FILE) else None
         texts: dict[int, str] = {}
         if tasks is not None and "task_index" in tasks.column_names:
-            names = tasks.column("task" if "task" in tasks.column_names else
-                                 tasks.column_names[-1]).to_pylist()
+            names = tasks.column(
+                "task" if "task" in tasks.column_names else tasks.column_names[-1]
+            ).to_pylist()
             texts = dict(zip(tasks.column("task_index").to_pylist(), names, strict=True))
-        used = np.unique(table.column("task_index").to_numpy()) if table.num_rows else []
-        instructions = tuple(str(texts.get(int(i), "")) for i in used if int(i) in texts)
+        indices = np.unique(table.column("task_index").to_numpy()).tolist()
+        instructions = tuple(str(texts[i]) for i in indices if i in texts)
         segments = []
         for i, seg in enumerate(self.metadata.get("segments", []) or []):
             try:
-                start = int(round(float(seg["source_start_s"]) * 1e9))
-                end = int(round(float(seg["source_end_s"]) * 1e9))
-                segments.append(Segment(
-                    segment_id=str(seg.get("segment_id", f"seg-{i:03d}")),
-                    task=str(seg.get("task", "")),
-                    cycle=int(seg.get("cycle", 0)),
-                    repetition=int(seg.get("repetition", 0)),
-                    take=int(seg.get("take", 0)),
-                    outcome=str(seg.get("outcome", "unknown")),
-                    start_ns=start,
-                    end_ns=max(start, end),
-                    annotations={str(k): str(v) for k, v in (seg.get("annotations") or {}).items()},
-                ))
+                start = round(float(seg["source_start_s"]) * 1e9)
+                end = round(float(seg["source_end_s"]) * 1e9)
+                segments.append(
+                    Segment(
+                        segment_id=str(seg.get("segment_id", f"seg-{i:03d}")),
+                        task=str(seg.get("task", "")),
+                        cycle=int(seg.get("cycle", 0)),
+                        repetition=int(seg.get("repetition", 0)),
+                        take=int(seg.get("take", 0)),
+                        outcome=str(seg.get("outcome", "unknown")),
+                        start_ns=start,
+                        end_ns=max(start, end),
+                        annotations={
+                            str(k): str(v) for k, v in (seg.get("annotations") or {}).items()
+                        },
+                    )
+                )
             except (KeyError, TypeError, ValueError) as exc:
-                raise self.files.error(CERES_METADATA, f"segment {i}: {exc}", field="segments",
-                                       row=i + 1) from None
+                raise self.files.error(
+                    CERES_METADATA, f"segment {i}: {exc}", field="segments", row=i + 1
+                ) from None
         return Annotations(instructions=instructions, segments=tuple(segments))
 
 
@@ -435,9 +476,18 @@ def _ceres_state(values: np.ndarray, ts: np.ndarray, common: Mapping[str, Any]) 
     n = len(values)
     head_valid = values[:, 0] > 0
     streams = [
-        make_stream("head", "pose", ts, 0, {
-            "position": values[:, 1:4], "rotation": values[:, 4:8], "valid": head_valid,
-        }, {**common, "frame": "world"})
+        make_stream(
+            "head",
+            "pose",
+            ts,
+            0,
+            {
+                "position": values[:, 1:4],
+                "rotation": values[:, 4:8],
+                "valid": head_valid,
+            },
+            {**common, "frame": "world"},
+        )
     ]
     joints = len(JOINT_SETS["webxr25"])
     for side in SIDES:
@@ -445,13 +495,22 @@ def _ceres_state(values: np.ndarray, ts: np.ndarray, common: Mapping[str, Any]) 
         tracked = values[:, start] > 0
         block = values[:, start + 1 : start + HAND_WIDTH].reshape(n, joints, 8)
         joint_valid = tracked[:, None] & (block != 0).any(axis=2)
-        streams.append(make_stream(f"hand_{side}", "hand_joints", ts, 0, {
-            "position": np.ascontiguousarray(block[:, :, 0:3]),
-            "rotation": np.ascontiguousarray(block[:, :, 3:7]),
-            "radius": np.ascontiguousarray(block[:, :, 7]),
-            "joint_valid": joint_valid,
-            "hand_valid": tracked,
-        }, {**common, "joint_set": "webxr25", "hand": side, "frame": "world"}))
+        streams.append(
+            make_stream(
+                f"hand_{side}",
+                "hand_joints",
+                ts,
+                0,
+                {
+                    "position": np.ascontiguousarray(block[:, :, 0:3]),
+                    "rotation": np.ascontiguousarray(block[:, :, 3:7]),
+                    "radius": np.ascontiguousarray(block[:, :, 7]),
+                    "joint_valid": joint_valid,
+                    "hand_valid": tracked,
+                },
+                {**common, "joint_set": "webxr25", "hand": side, "frame": "world"},
+            )
+        )
     return streams
 
 
@@ -464,4 +523,3 @@ def _pinch(
         tracked = state[:, hand_offset(side)] > 0
         fields[side] = np.where(tracked, action[:, i].astype(np.float64), np.nan)
     return make_stream("pinch", "pinch", ts, 0, fields, dict(common))
-

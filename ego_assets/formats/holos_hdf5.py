@@ -897,8 +897,13 @@ class _Raw(_Section):
         self.w.data(group, "timestamp_ns", ts, [time], "ns", "source timestamp, nanoseconds")
         group.attrs["source_stream"] = stream.name
         group.attrs["stream_kind"] = stream.kind
-        for key, value in sorted(stream.attrs.items()):  # every attr: an import rebuilds it
-            group.attrs[key] = value
+        # every attr, so an import rebuilds the stream; netCDF has no booleans: 0/1 int8,
+        # their names listed in ``boolean_attrs``
+        flags = sorted(k for k, v in stream.attrs.items() if isinstance(v, bool))
+        for key, value in sorted(stream.attrs.items()):
+            group.attrs[key] = np.int8(value) if key in flags else value
+        if flags:
+            group.attrs["boolean_attrs"] = ", ".join(flags)
         self.notes.raw.append(path)
         return group, time
 

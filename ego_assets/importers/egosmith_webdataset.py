@@ -122,8 +122,10 @@ def iter_episodes(src: Path) -> Iterator[EgoSmithEpisode | SourceError]:
             problem = f"truncated or unreadable tar: {exc}"
         if problem is not None:
             if pending is not None:
-                yield SourceError(f"file {rel!r}, field {pending.episode!r}: {problem}; "
-                                  f"episode {pending.episode} is incomplete")
+                yield SourceError(
+                    f"file {rel!r}, field {pending.episode!r}: {problem}; "
+                    f"episode {pending.episode} is incomplete"
+                )
                 pending = None
             elif not started_here:
                 yield SourceError(f"file {rel!r}: {problem}")

@@ -79,7 +79,9 @@ def list_demos(file: Path, rel: str) -> list[HolosDemo]:
     try:
         with h5py.File(file, "r") as f:
             data = f.get("data")
-            names = [k for k in data if k.startswith("demo_")] if isinstance(data, h5py.Group) else []
+            names = (
+                [k for k in data if k.startswith("demo_")] if isinstance(data, h5py.Group) else []
+            )
     except OSError as exc:
         raise SourceError(f"file {rel!r}: not a readable HDF5 file ({exc})") from None
     if not names:
@@ -106,7 +108,7 @@ def write_demo(demo: HolosDemo, out: Path) -> None:
         _copy_one_demo(demo, target)
     with h5py.File(target, "r") as f:
         media = f.get("media")
-        for name, ds in (media.items() if isinstance(media, h5py.Group) else ()):
+        for name, ds in media.items() if isinstance(media, h5py.Group) else ():
             if isinstance(ds, h5py.Dataset) and ds.dtype.kind == "V":
                 tid = ds.id.get_type()
                 path = out / media_file(name, tid.get_tag().decode("ascii"))

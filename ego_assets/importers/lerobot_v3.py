@@ -140,12 +140,20 @@ def open_dataset(root: Path, rel: str) -> Dataset:
         raise _error(rel, f"{EPISODES_DIR}/", "episode_index", "no episodes metadata")
     episodes = [r for f in files for r in pq.read_table(f).to_pylist()]
     if info.get("total_episodes") != len(episodes):
-        raise _error(rel, INFO_FILE, "total_episodes",
-                     f"{info.get('total_episodes')!r}, the episodes metadata lists {len(episodes)}")
+        raise _error(
+            rel,
+            INFO_FILE,
+            "total_episodes",
+            f"{info.get('total_episodes')!r}, the episodes metadata lists {len(episodes)}",
+        )
     frames = sum(int(e.get("length", 0)) for e in episodes)
     if info.get("total_frames") != frames:
-        raise _error(rel, INFO_FILE, "total_frames",
-                     f"{info.get('total_frames')!r}, the episodes' lengths sum to {frames}")
+        raise _error(
+            rel,
+            INFO_FILE,
+            "total_frames",
+            f"{info.get('total_frames')!r}, the episodes' lengths sum to {frames}",
+        )
     dataset = Dataset(root, rel, info, features, episodes)
     for data_rel in sorted({dataset.data_file(e) for e in episodes}):
         path = root / data_rel
@@ -155,8 +163,9 @@ def open_dataset(root: Path, rel: str) -> Dataset:
             dataset.bad_files[data_rel] = _error(rel, data_rel, "", f"unreadable: {exc}")
             continue
         if problem is not None:
-            dataset.bad_files[data_rel] = _error(rel, data_rel, problem[0],
-                                                 f"{problem[1]} (meta/info.json)")
+            dataset.bad_files[data_rel] = _error(
+                rel, data_rel, problem[0], f"{problem[1]} (meta/info.json)"
+            )
         else:
             _check_rows(dataset, data_rel, path)
     return dataset
@@ -169,9 +178,12 @@ def _check_rows(dataset: Dataset, data_rel: str, path: Path) -> None:
     for e in dataset.episodes:
         if dataset.data_file(e) == data_rel and found.get(e["episode_index"], 0) != e["length"]:
             dataset.bad_files[data_rel] = _error(
-                dataset.rel, data_rel, "episode_index",
+                dataset.rel,
+                data_rel,
+                "episode_index",
                 f"episode {e['episode_index']} has {found.get(e['episode_index'], 0)} rows, "
-                f"its metadata says length {e['length']}")
+                f"its metadata says length {e['length']}",
+            )
             return
 
 
@@ -198,23 +210,40 @@ def _write_cut(episode: LeRobotEpisode, out: Path) -> None:
     table = table.filter(pa.array(table.column("episode_index").to_numpy() == episode.index))
     (out / "data/chunk-000").mkdir(parents=True)
     pq.write_table(table, out / DATA_PATH.format(**LOCATION))
-    row.update({"data/chunk_index": 0, "data/file_index": 0,
-                "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
+    row.update(
+        {
+            "data/chunk_index": 0,
+            "data/file_index": 0,
+            "meta/episodes/chunk_index": 0,
+            "meta/episodes/file_index": 0,
+        }
+    )
     for key, feature in ds.features.items():
         if feature.dtype != "video":
             continue
         start = float(row.get(f"videos/{key}/from_timestamp", 0.0))
         target = out / VIDEO_PATH.format(video_key=key, **LOCATION)
         target.parent.mkdir(parents=True)
-        cut_video(ds.root / ds.video_file(key, row), target, round(start * fps), int(row["length"]), fps)
-        row.update({f"videos/{key}/chunk_index": 0, f"videos/{key}/file_index": 0,
-                    f"videos/{key}/from_timestamp": 0.0,
-                    f"videos/{key}/to_timestamp": int(row["length"]) / fps})
+        cut_video(
+            ds.root / ds.video_file(key, row), target, round(start * fps), int(row["length"]), fps
+        )
+        row.update(
+            {
+                f"videos/{key}/chunk_index": 0,
+                f"videos/{key}/file_index": 0,
+                f"videos/{key}/from_timestamp": 0.0,
+                f"videos/{key}/to_timestamp": int(row["length"]) / fps,
+            }
+        )
     source_row = pq.read_table(_episodes_file(ds, episode.index))
     (out / EPISODE_ROW).parent.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist([row], schema=source_row.schema), out / EPISODE_ROW)
-    info = dict(ds.info, total_episodes=1, total_frames=int(row["length"]),
-                splits={"train": f"{episode.index}:{episode.index + 1}"})
+    info = dict(
+        ds.info,
+        total_episodes=1,
+        total_frames=int(row["length"]),
+        splits={"train": f"{episode.index}:{episode.index + 1}"},
+    )
     (out / INFO_FILE).write_text(json.dumps(info, indent=4) + "\n", encoding="utf-8")
     for rel in ("meta/tasks.parquet", "meta/stats.json"):
         if (ds.root / rel).is_file():
@@ -255,8 +284,9 @@ def cut_video(src: Path, dst: Path, first: int, count: int, fps: int) -> bool:
     """
     info = lerobot_video.inspect_video(src)
     if first < 0 or first + count > info.frames:
-        raise ValueError(f"{src.name}: frames {first}..{first + count - 1} asked, "
-                         f"it holds {info.frames}")
+        raise ValueError(
+            f"{src.name}: frames {first}..{first + count - 1} asked, it holds {info.frames}"
+        )
     frames = info.packet_frames
     inside = (frames >= first) & (frames < first + count)
     picked = np.flatnonzero(inside)
@@ -300,14 +330,17 @@ def _copy_packets(
 def _reencode(
     src: Path, dst: Path, first: int, count: int, fps: int, info: lerobot_video.SourceVideo
 ) -> None:
-    with av.open(str(src)) as inp, av.open(str(dst), "w", format="mp4",
-                                           options=lerobot_video.MUX_OPTIONS) as out:
+    with (
+        av.open(str(src)) as inp,
+        av.open(str(dst), "w", format="mp4", options=lerobot_video.MUX_OPTIONS) as out,
+    ):
         ist = inp.streams.video[0]
         ost = lerobot_video.add_encoder_stream(out, fps, info.width, info.height)
         for k, frame in enumerate(inp.decode(ist)):
             if k >= first + count:
                 break
             if k >= first:
-                lerobot_video.encode_frame(out, ost, frame.reformat(format="yuv420p"), k - first,
-                                           fps)
+                lerobot_video.encode_frame(
+                    out, ost, frame.reformat(format="yuv420p"), k - first, fps
+                )
         out.mux(ost.encode(None))
