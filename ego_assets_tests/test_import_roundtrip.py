@@ -24,9 +24,9 @@ from ego_assets.formats.ceres_lerobot import write_shard
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions, write_episode
 from ego_assets.formats.holos_hdf5 import write_holos_hdf5
-from ego_assets.importers import egosmith_webdataset as egosmith_in
-from ego_assets.importers import holos_hdf5 as holos_in
-from ego_assets.importers import lerobot_v3 as lerobot_in
+from ego_assets.importers import get_importer
+from ego_assets.importers.core import import_source, open_source
+from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.joints import joint_map
 from ego_assets.trajectory.model import Trajectory
@@ -56,17 +56,21 @@ def sources(tmp_path_factory) -> dict[str, tuple[Trajectory, Path]]:
     return out
 
 
-def land(episode, marker_kind: str, folder: Path) -> Trajectory:
-    """Land one imported episode in ``folder`` (files, then the marker) and read it."""
-    folder.mkdir(parents=True)
-    episode.write(folder)
-    write_marker(folder, marker_kind)
-    return read_capture(folder.name, folder)
+def import_all(kind: str, src: Path, data: Path) -> list[tuple[Trajectory, Path]]:
+    """``ego-assets import KIND SRC --data DATA`` in-process: every episode landed (none
+    may fail), each read back from the landing zone with its capture reader."""
+    storage = Storage(data)
+    importer = get_importer(kind)
+    summary = import_source(storage, importer, open_source(str(src), importer))
+    assert summary.failed == [] and summary.landed, summary
+    folders = [Path(storage.landing_path(key).path) for key in summary.landed]
+    return [(read_capture(f.name, f), f) for f in folders]
 
 
-def only(episodes: list) -> object:
-    assert len(episodes) == 1 and not isinstance(episodes[0], Exception), episodes
-    return episodes[0]
+def import_one(kind: str, src: Path, data: Path) -> tuple[Trajectory, Path]:
+    landed = import_all(kind, src, data)
+    assert len(landed) == 1, landed
+    return landed[0]
 
 
 def nearest(stream: Stream, time: np.ndarray) -> np.ndarray:
@@ -93,9 +97,10 @@ def decoded(path: Path, count: int) -> list[np.ndarray]:
 @pytest.mark.parametrize("kind", SOURCE_KINDS)
 def test_holos_hdf5_round_trip_keeps_every_raw_stream_exactly(sources, tmp_path, kind):
     original, raw = sources[kind]
-    h5 = tmp_path / "export.h5"
+    h5 = tmp_path / "src" / "export.h5"
+    h5.parent.mkdir()
     write_holos_hdf5(original, raw, h5)
-    imported = land(only(list(holos_in.iter_demos(h5))), "holos_hdf5", tmp_path / "imp")
+    imported, folder = import_one("holos-hdf5", h5.parent, tmp_path / "data")
 
     assert imported.info.source_kind == "holos-hdf5"
     keep = ("capture_id", "source_kind", "source_version", "source_capture_id")
@@ -132,7 +137,7 @@ def test_holos_hdf5_round_trip_keeps_every_raw_stream_exactly(sources, tmp_path,
                 np.testing.assert_array_equal(got, values)
     for media in original.media:
         again = imported.media_ref(media.role)
-        assert (tmp_path / "imp" / again.path).read_bytes() == (raw / media.path).read_bytes()
+        assert (folder / again.path).read_bytes() == (raw / media.path).read_bytes()
         assert (again.kind, again.frames_stream, again.frame_count) == (
             media.kind,
             media.frames_stream,
@@ -168,9 +173,7 @@ def test_lerobot_round_trip_maps_the_ceres_state_back_within_float32(sources, tm
     shard = tmp_path / "shards" / "episode-000004"
     shard.mkdir(parents=True)
     summary = write_shard(original, raw, 4, shard)
-    imported = land(
-        only(list(lerobot_in.iter_episodes(tmp_path / "shards"))), "lerobot_v3", tmp_path / "imp"
-    )
+    imported, folder = import_one("lerobot-v3", tmp_path / "shards", tmp_path / "data")
 
     slots = imported.stream("recorder_slots")
     assert len(slots) == summary.frames
@@ -212,7 +215,7 @@ def test_lerobot_round_trip_maps_the_ceres_state_back_within_float32(sources, tm
         ref = imported.media[0]
         assert ref.frame_count == summary.frames
         shard_video = next(shard.glob("videos/*/*/*.mp4"))
-        assert (tmp_path / "imp" / ref.path).read_bytes() == shard_video.read_bytes()
+        assert (folder / ref.path).read_bytes() == shard_video.read_bytes()
 
 
 def test_lerobot_mano_source_keeps_joints_and_a_merged_dataset_cuts_each_episode(sources, tmp_path):
@@ -230,11 +233,12 @@ def test_lerobot_mano_source_keeps_joints_and_a_merged_dataset_cuts_each_episode
     merged = tmp_path / "merged"
     merged.mkdir()
     merge_shards(shards, merged)
-    episodes = list(lerobot_in.iter_episodes(merged))
-    assert [e.index for e in episodes] == [0, 1]
-    for episode, shard in zip(episodes, shards, strict=True):
-        folder = tmp_path / f"imp-{episode.index}"
-        imported = land(episode, "lerobot_v3", folder)
+    landed = import_all("lerobot-v3", merged, tmp_path / "data")
+    assert [t.info.source_capture_id for t, _ in landed] == [
+        "src-mano-video",
+        "src-webxr-ep0",
+    ]
+    for (imported, folder), shard in zip(landed, shards, strict=True):
         with (
             av.open(str(next(shard.glob("videos/*/*/*.mp4")))) as a,
             av.open(str(folder / imported.media[0].path)) as b,
@@ -242,7 +246,7 @@ def test_lerobot_mano_source_keeps_joints_and_a_merged_dataset_cuts_each_episode
             assert [bytes(p) for p in a.demux(video=0) if p.size] == [
                 bytes(p) for p in b.demux(video=0) if p.size
             ]
-    mano_imported = read_capture("imp-0", tmp_path / "imp-0")
+    mano_imported = landed[0][0]
     original = sources["mano-video"][0]
     hand = mano_imported.stream("hand_right")
     source = original.stream("mano_right")
@@ -277,9 +281,7 @@ def test_egosmith_round_trip_keeps_wrists_tips_camera_and_frames(sources, tmp_pa
         data_version="t",
         options=EgoSmithOptions(),
     )
-    imported = land(
-        only(list(egosmith_in.iter_episodes(out))), "egosmith_webdataset", tmp_path / "imp"
-    )
+    imported, folder = import_one("egosmith-webdataset", out, tmp_path / "data")
 
     frames = imported.stream("video_frames")
     np.testing.assert_array_equal(frames.timestamp_ns, camera.frames.timestamp_ns)
@@ -321,7 +323,7 @@ def test_egosmith_round_trip_keeps_wrists_tips_camera_and_frames(sources, tmp_pa
         quat = wrist.fields["wrist_rotation"][present]
         np.testing.assert_allclose(np.linalg.norm(quat, axis=1), 1.0, atol=1e-6)
     before = decoded(raw / camera.media.path, 3)
-    after = decoded(tmp_path / "imp" / imported.media[0].path, 3)
+    after = decoded(folder / imported.media[0].path, 3)
     for a, b in zip(before, after, strict=True):
         assert a.shape == b.shape
         assert np.abs(a.astype(int) - b.astype(int)).mean() < 4.0  # JPEG quality 90

@@ -43,6 +43,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from ego_assets.capture.files import CaptureFiles
+from ego_assets.capture.holos_hdf5 import imported_files
 from ego_assets.capture.media import probe_video
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.trajectory.joints import FINGERTIPS, JOINT_SETS, WRIST
@@ -187,6 +188,7 @@ def read_egosmith_webdataset(files: CaptureFiles, marker: Mapping[str, Any]) -> 
             language=str(first.get("language_code", "")),
         ),
         media=(probe.media_ref("video", VIDEO_FILE, VIDEO_MIME, frames_stream="video_frames"),),
+        files=imported_files(files),
     )
 
 

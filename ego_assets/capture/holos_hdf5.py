@@ -37,11 +37,13 @@ import h5py
 import numpy as np
 
 from ego_assets.capture.files import CaptureFiles
+from ego_assets.capture.provenance import PROVENANCE_FILE, provenance_ref, read_provenance
 from ego_assets.errors import CaptureFormatError
 from ego_assets.trajectory.joints import JOINT_SETS
 from ego_assets.trajectory.model import (
     Annotations,
     CaptureInfo,
+    FileRef,
     MediaRef,
     ProcedureStep,
     Trajectory,
@@ -222,6 +224,7 @@ class _Reader:
             streams=tuple(sorted(streams, key=lambda s: s.name)),
             annotations=self._annotations(),
             media=tuple(media),
+            files=imported_files(self.files),
         )
 
     def _raw_streams(self, raw: h5py.Group) -> list[Stream]:
@@ -532,6 +535,14 @@ class _Reader:
         if isinstance(items, list) and all(isinstance(s, str) for s in items):
             return tuple(items), str(doc.get("language", ""))
         return (), ""
+
+
+def imported_files(files: CaptureFiles) -> tuple[FileRef, ...]:
+    """The provenance `FileRef` of an imported capture (checked), or nothing."""
+    if not files.exists(PROVENANCE_FILE):
+        return ()
+    read_provenance(files)
+    return (provenance_ref(),)
 
 
 def _finite(values: np.ndarray) -> np.ndarray:

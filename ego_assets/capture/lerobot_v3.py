@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ego_assets.capture.files import CaptureFiles
+from ego_assets.capture.holos_hdf5 import imported_files
 from ego_assets.capture.media import probe_video
 from ego_assets.formats.ceres_episode import ACTION_NAMES, HAND_WIDTH, STATE_NAMES, hand_offset
 from ego_assets.trajectory.joints import JOINT_SETS
@@ -322,7 +323,8 @@ class _Reader:
                 FileRef(role, rel, "application/json")
                 for role, rel in (("dataset_info", INFO_FILE), ("ceres_metadata", CERES_METADATA))
                 if self.files.exists(rel)
-            ),
+            )
+            + imported_files(self.files),
         )
 
     def _video(

@@ -14,6 +14,12 @@ from ego_assets.importers.core import Importer
 # KIND -> (module, Importer subclass)
 IMPORTERS: dict[str, tuple[str, str]] = {
     "egodex": ("ego_assets.importers.egodex", "EgoDexImporter"),
+    "lerobot-v3": ("ego_assets.importers.lerobot_v3", "LeRobotV3Importer"),
+    "holos-hdf5": ("ego_assets.importers.holos_hdf5", "HolosHdf5Importer"),
+    "egosmith-webdataset": (
+        "ego_assets.importers.egosmith_webdataset",
+        "EgoSmithWebDatasetImporter",
+    ),
 }
 
 

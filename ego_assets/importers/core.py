@@ -28,10 +28,10 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from upath import UPath
 
@@ -106,11 +106,17 @@ class SourceEpisode:
         key: its capture key (`episode_key`).
         original_path: the episode's path relative to the source root (its anchor file).
         files: capture file name -> source file name relative to the source root.
+        derive: for sources whose episodes share files (a merged LeRobot dataset, an HDF5
+            file of many demos, WebDataset shards): writes the episode's own files into
+            the staging folder and returns capture file name -> (source file, how it was
+            made from it; "" for a byte-for-byte copy). Raises `ValueError` or `OSError`
+            naming the problem; the episode then fails as a whole.
     """
 
     key: str
     original_path: str
     files: Mapping[str, str]
+    derive: Callable[[Path], Mapping[str, tuple[str, str]]] | None = None
 
 
 class Importer:
@@ -216,6 +222,44 @@ def open_source(
     return Source(root, text, licence if licence is not None else importer.licence, dataset_version)
 
 
+def local_root(source: Source, importer: Importer) -> Path:
+    """The local folder of ``source`` (kinds whose episodes are cut out of shared files,
+    with h5py, pyarrow or PyAV, read a local copy).
+
+    Raises:
+        ValueError: the source is not on local disk (refused before anything is written).
+    """
+    if not is_local(source.root):
+        raise ValueError(
+            f"import {importer.kind}: source {source.text!r} must be a local folder "
+            "(copy it locally first)"
+        )
+    return Path(source.root.path)
+
+
+T = TypeVar("T")
+
+
+def skip_through(items: Iterable[T], after: str, name: Callable[[Any], str]) -> Iterator[T]:
+    """``items`` after the one named ``after`` (all of them when ``after`` is empty or
+    names none: landing is idempotent, so a stale cursor costs time, not duplicates).
+
+    Errors (`EpisodeImportError`) are named by their episode.
+    """
+    pending: list[T] = []
+    found = not after
+    for item in items:
+        label = item.episode if isinstance(item, EpisodeImportError) else name(item)
+        if found:
+            yield item
+        elif label == after:
+            found = True
+        else:
+            pending.append(item)
+    if not found:
+        yield from pending
+
+
 def already_landed(storage: Storage, key: str) -> bool:
     """Whether ``key`` has a complete capture in the landing zone or a raw copy."""
     return (storage.landing_path(key) / MARKER_FILE).exists() or storage.exists(
@@ -304,10 +348,11 @@ def _assemble(
     importer: Importer, source: Source, episode: SourceEpisode, staging: Path
 ) -> Trajectory:
     """Copy, describe and read the episode in ``staging``; its trajectory when it reads."""
-    entries = []
+    entries: list[dict[str, Any]] = []
     for rel, original in sorted(episode.files.items()):
         size, sha = _copy_hashing(importer, source, episode, original, staging / rel)
         entries.append({"path": rel, "original": original, "bytes": size, "sha256": sha})
+    entries += _derived(importer, episode, staging)
     provenance = {
         "schema": PROVENANCE_FORMAT,
         "schema_version": PROVENANCE_VERSION,
@@ -342,6 +387,28 @@ def _assemble(
         ) from None
     os.utime(marker_path)  # the marker's time is its publication, not the read before it
     return trajectory
+
+
+def _derived(importer: Importer, episode: SourceEpisode, staging: Path) -> list[dict[str, Any]]:
+    """Run the episode's `SourceEpisode.derive` in ``staging``; provenance entries of its files."""
+    if episode.derive is None:
+        return []
+    try:
+        made = episode.derive(staging)
+    except (ValueError, OSError) as exc:
+        raise importer.error(episode.original_path, episode.original_path, str(exc)) from None
+    entries = []
+    for rel, (original, how) in sorted(made.items()):
+        digest = hashlib.sha256()
+        with (staging / rel).open("rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                digest.update(chunk)
+        entry = {"path": rel, "original": original, "bytes": (staging / rel).stat().st_size}
+        entry["sha256"] = digest.hexdigest()
+        if how:
+            entry["derived"] = how
+        entries.append(entry)
+    return entries
 
 
 def _copy_hashing(

@@ -36,13 +36,22 @@ from ego_assets.capture.egosmith_webdataset import (
     SAMPLES_FILE,
     VIDEO_FILE,
 )
-from ego_assets.importers.holos_hdf5 import SourceError
+from ego_assets.importers.core import (
+    EpisodeImportError,
+    Importer,
+    Source,
+    SourceEpisode,
+    episode_key,
+    local_root,
+    skip_through,
+)
 
 KIND = "egosmith-webdataset"
 MARKER_KIND = "egosmith_webdataset"
 _KEY = re.compile(r"(?P<episode>.+_ep\d{6})_f(?P<frame>\d{6})")
 _TIME_BASE = Fraction(1, 1_000_000)  # video pts in microseconds
 _END_OF_ARCHIVE = 2 * tarfile.BLOCKSIZE
+Derived = dict[str, tuple[str, str]]
 
 
 @dataclass(slots=True)
@@ -72,11 +81,11 @@ class EgoSmithEpisode:
 
     @property
     def episode_id(self) -> str:
-        return f"{self.rel}#{self.episode}"
+        return f"{self.rel}/{self.episode}"
 
-    def write(self, out: Path) -> None:
+    def write(self, out: Path) -> Derived:
         """Write ``samples.tar`` and ``video.mkv`` (and ``episode.json``) into ``out``."""
-        write_episode(self, Path(out))
+        return write_episode(self, Path(out))
 
 
 def _shards(src: Path) -> list[tuple[Path, str]]:
@@ -93,7 +102,7 @@ def _end_ok(shard: Path, offset: int) -> bool:
     return len(tail) == _END_OF_ARCHIVE and not any(tail)
 
 
-def iter_episodes(src: Path) -> Iterator[EgoSmithEpisode | SourceError]:
+def iter_episodes(src: Path) -> Iterator[EgoSmithEpisode | EpisodeImportError]:
     """Every episode of the shards of ``src``; a broken shard yields its error in place of
     the episodes it breaks (see the module docstring)."""
     src = Path(src)
@@ -122,13 +131,12 @@ def iter_episodes(src: Path) -> Iterator[EgoSmithEpisode | SourceError]:
             problem = f"truncated or unreadable tar: {exc}"
         if problem is not None:
             if pending is not None:
-                yield SourceError(
-                    f"file {rel!r}, field {pending.episode!r}: {problem}; "
-                    f"episode {pending.episode} is incomplete"
+                yield EpisodeImportError(
+                    KIND, pending.episode_id, rel, f"{problem}; the episode is incomplete"
                 )
                 pending = None
             elif not started_here:
-                yield SourceError(f"file {rel!r}: {problem}")
+                yield EpisodeImportError(KIND, rel, rel, problem)
     if pending is not None:
         yield pending
 
@@ -138,8 +146,29 @@ def _episode_json(shard: Path) -> Path | None:
     return path if path.is_file() and not path.is_symlink() else None
 
 
-def write_episode(episode: EgoSmithEpisode, out: Path) -> None:
-    """``samples.tar`` (members byte for byte), ``video.mkv`` (the JPEGs), ``episode.json``."""
+class EgoSmithWebDatasetImporter(Importer):
+    """``ego-assets import egosmith-webdataset SRC``: every episode of the shards of SRC."""
+
+    kind = KIND
+    capture_kind = MARKER_KIND
+    dataset = KIND
+    licence = "not stated by the source (no licence file beside the shards)"
+
+    def episodes(
+        self, source: Source, after: str = ""
+    ) -> Iterator[SourceEpisode | EpisodeImportError]:
+        items = iter_episodes(local_root(source, self))
+        for item in skip_through(items, after, lambda i: i.episode_id):
+            if isinstance(item, EpisodeImportError):
+                yield item
+            else:
+                key = episode_key(self.dataset, item.episode_id)
+                yield SourceEpisode(key, item.episode_id, {}, derive=item.write)
+
+
+def write_episode(episode: EgoSmithEpisode, out: Path) -> Derived:
+    """``samples.tar`` (members byte for byte), ``video.mkv`` (the JPEGs), ``episode.json``;
+    what each file was made from."""
     images: list[bytes] = []
     times: list[int | None] = []
     frames: list[int] = []
@@ -163,11 +192,22 @@ def write_episode(episode: EgoSmithEpisode, out: Path) -> None:
             for fh in handles.values():
                 fh.close()  # type: ignore[attr-defined]
     _write_video(out / VIDEO_FILE, images, times, frames)
+    shards = sorted({m.shard.name for m in episode.members})
+    made: Derived = {
+        SAMPLES_FILE: (
+            episode.rel,
+            f"the members of {episode.episode} (bytes unchanged) from {', '.join(shards)}",
+        ),
+        VIDEO_FILE: (episode.rel, "its image.jpg members as Motion-JPEG packets"),
+    }
     if episode.episode_json is not None:
         doc = json.loads(episode.episode_json.read_text(encoding="utf-8"))
         number = int(episode.episode.rsplit("_ep", 1)[1])
         if isinstance(doc, dict) and doc.get("episode_index") == number:
             shutil.copyfile(episode.episode_json, out / EPISODE_FILE)
+            rel = str(Path(episode.rel).parent / EPISODE_FILE).removeprefix("./")
+            made[EPISODE_FILE] = (rel, "")
+    return made
 
 
 def _write_video(
@@ -175,7 +215,7 @@ def _write_video(
 ) -> None:
     """The JPEGs as Motion-JPEG packets in Matroska, each at its sample's time (µs)."""
     if not images:
-        raise SourceError(f"{path.name}: the episode has no image.jpg")
+        raise ValueError(f"{path.name}: the episode has no image.jpg")
     width, height, _, _ = simplejpeg.decode_jpeg_header(images[0])
     if all(t is not None for t in times) and len(times) == len(images):
         stamps = [(t - times[0]) // 1000 for t in times]  # type: ignore[operator]

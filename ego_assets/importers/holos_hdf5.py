@@ -9,6 +9,10 @@ sorted order). Each demo lands as a ``holos_hdf5`` capture (`ego_assets.capture.
   ``/mask`` entries naming it, and ``/holos`` and ``/media`` only for ``demo_0`` of a
   Holos file (the format's one demo; a robomimic file with many demos has neither);
 * ``media/<name><ext>``: the bytes of each ``/media/<name>`` opaque dataset.
+
+The episode's path (provenance, capture key) is ``<file>/data/<demo>``. A file that is
+not HDF5 or has no demo is one error naming it; the other files still land. Sources are
+local folders (h5py reads files).
 """
 
 from __future__ import annotations
@@ -22,15 +26,21 @@ import h5py
 import numpy as np
 
 from ego_assets.capture.holos_hdf5 import H5_FILE, media_file
+from ego_assets.importers.core import (
+    EpisodeImportError,
+    Importer,
+    Source,
+    SourceEpisode,
+    episode_key,
+    local_root,
+    skip_through,
+)
 
 KIND = "holos-hdf5"
 MARKER_KIND = "holos_hdf5"
 SUFFIXES = (".h5", ".hdf5")
 _PER_FILE_GROUPS = ("holos", "media")
-
-
-class SourceError(ValueError):
-    """A source file that cannot be imported: names the file, dataset and field."""
+Derived = dict[str, tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +61,11 @@ class HolosDemo:
 
     @property
     def episode_id(self) -> str:
-        return f"{self.rel}#{self.demo}"
+        return f"{self.rel}/data/{self.demo}"
 
-    def write(self, out: Path) -> None:
+    def write(self, out: Path) -> Derived:
         """Write the capture's files (not the marker) into the empty folder ``out``."""
-        write_demo(self, Path(out))
+        return write_demo(self, Path(out))
 
 
 def source_files(src: Path) -> list[tuple[Path, str]]:
@@ -74,7 +84,7 @@ def list_demos(file: Path, rel: str) -> list[HolosDemo]:
     """The demos of one file, in numeric order.
 
     Raises:
-        SourceError: not an HDF5 file, or no ``/data/demo_*`` group.
+        EpisodeImportError: not an HDF5 file, or no ``/data/demo_*`` group.
     """
     try:
         with h5py.File(file, "r") as f:
@@ -83,29 +93,53 @@ def list_demos(file: Path, rel: str) -> list[HolosDemo]:
                 [k for k in data if k.startswith("demo_")] if isinstance(data, h5py.Group) else []
             )
     except OSError as exc:
-        raise SourceError(f"file {rel!r}: not a readable HDF5 file ({exc})") from None
+        raise EpisodeImportError(KIND, rel, rel, f"not a readable HDF5 file ({exc})") from None
     if not names:
-        raise SourceError(f"file {rel!r}, dataset '/data', field 'demo_*': no demo group")
+        raise EpisodeImportError(KIND, rel, rel, "no /data/demo_* group", field="/data")
     names.sort(key=lambda n: (len(n), n))
     return [HolosDemo(file, rel, n, len(names)) for n in names]
 
 
-def iter_demos(src: Path) -> Iterator[HolosDemo | SourceError]:
+def iter_demos(src: Path) -> Iterator[HolosDemo | EpisodeImportError]:
     """Every demo of every file of ``src``; a file that fails yields its error instead."""
     for file, rel in source_files(src):
         try:
             yield from list_demos(file, rel)
-        except SourceError as exc:
+        except EpisodeImportError as exc:
             yield exc
 
 
-def write_demo(demo: HolosDemo, out: Path) -> None:
-    """Land one demo into ``out`` (see the module docstring)."""
+class HolosHdf5Importer(Importer):
+    """``ego-assets import holos-hdf5 SRC``: every demo of every HDF5 file of SRC."""
+
+    kind = KIND
+    capture_kind = MARKER_KIND
+    dataset = KIND
+    licence = "not stated by the source (no licence file beside the HDF5 files)"
+
+    def episodes(
+        self, source: Source, after: str = ""
+    ) -> Iterator[SourceEpisode | EpisodeImportError]:
+        items = iter_demos(local_root(source, self))
+        for item in skip_through(items, after, lambda i: i.episode_id):
+            if isinstance(item, EpisodeImportError):
+                yield item
+            else:
+                key = episode_key(self.dataset, item.episode_id)
+                yield SourceEpisode(key, item.episode_id, {}, derive=item.write)
+
+
+def write_demo(demo: HolosDemo, out: Path) -> Derived:
+    """Land one demo into ``out`` (see the module docstring); what each file came from."""
     target = out / H5_FILE
+    made: Derived = {}
     if demo.demos == 1:
         shutil.copyfile(demo.file, target)
+        made[H5_FILE] = (demo.rel, "")
     else:
         _copy_one_demo(demo, target)
+        how = f"/data/{demo.demo} alone, with the root attributes and label axes (h5py copy)"
+        made[H5_FILE] = (demo.rel, how)
     with h5py.File(target, "r") as f:
         media = f.get("media")
         for name, ds in media.items() if isinstance(media, h5py.Group) else ():
@@ -117,6 +151,8 @@ def write_demo(demo: HolosDemo, out: Path) -> None:
                 if ds.size:
                     ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, buf, mtype=tid)
                 path.write_bytes(buf.tobytes())
+                made[path.relative_to(out).as_posix()] = (demo.rel, f"bytes of /media/{name}")
+    return made
 
 
 def _copy_one_demo(demo: HolosDemo, target: Path) -> None:

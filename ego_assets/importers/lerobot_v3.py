@@ -46,7 +46,15 @@ from ego_assets.capture.lerobot_v3 import (
     schema_problem,
 )
 from ego_assets.formats import lerobot_video
-from ego_assets.importers.holos_hdf5 import SourceError
+from ego_assets.importers.core import (
+    EpisodeImportError,
+    Importer,
+    Source,
+    SourceEpisode,
+    episode_key,
+    local_root,
+    skip_through,
+)
 
 KIND = "lerobot-v3"
 MARKER_KIND = "lerobot_v3"
@@ -54,6 +62,7 @@ DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODE_ROW = "meta/episodes/chunk-000/file-000.parquet"
 LOCATION = {"chunk_index": 0, "file_index": 0}
+Derived = dict[str, tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +81,7 @@ class Dataset:
     info: dict[str, Any]
     features: dict[str, Feature]
     episodes: list[dict[str, Any]]
-    bad_files: dict[str, SourceError] = field(default_factory=dict)
+    bad_files: dict[str, EpisodeImportError] = field(default_factory=dict)
 
     def data_file(self, episode: dict[str, Any]) -> str:
         return str(self.info.get("data_path") or DATA_PATH).format(
@@ -101,18 +110,33 @@ class LeRobotEpisode:
 
     @property
     def episode_id(self) -> str:
-        return f"{self.dataset.rel}#episode_{self.index:06d}"
+        return _join(self.dataset.rel, f"episode_{self.index:06d}")
 
-    def write(self, out: Path) -> None:
-        """Write the capture's files (not the marker) into the empty folder ``out``."""
+    def write(self, out: Path) -> Derived:
+        """Write the capture's files (not the marker) into the empty folder ``out``;
+        capture file -> (source file, how it was made; "" for a byte-for-byte copy)."""
         if len(self.dataset.episodes) == 1:
             shutil.copytree(self.dataset.root, out, dirs_exist_ok=True)
-        else:
-            _write_cut(self, Path(out))
+            return {
+                p.relative_to(out).as_posix(): (
+                    _join(self.dataset.rel, p.relative_to(out).as_posix()),
+                    "",
+                )
+                for p in sorted(out.rglob("*"))
+                if p.is_file()
+            }
+        return _write_cut(self, Path(out))
 
 
-def _error(dataset: str, file: str, field_name: str, problem: str) -> SourceError:
-    return SourceError(f"dataset {dataset!r}, file {file!r}, field {field_name!r}: {problem}")
+def _join(dataset: str, rel: str) -> str:
+    return rel if dataset == "." else f"{dataset}/{rel}"
+
+
+def _error(dataset: str, file: str, field_name: str, problem: str) -> EpisodeImportError:
+    """An error naming the dataset (its folder in the source), the file and the field."""
+    return EpisodeImportError(
+        KIND, dataset, _join(dataset, file), problem, field=field_name or None
+    )
 
 
 def find_datasets(src: Path) -> list[Path]:
@@ -125,7 +149,7 @@ def open_dataset(root: Path, rel: str) -> Dataset:
     """Read and check one dataset's metadata (see the module docstring).
 
     Raises:
-        SourceError: ``info.json`` unreadable or disagreeing with the episodes metadata.
+        EpisodeImportError: ``info.json`` unreadable or disagreeing with the episodes metadata.
     """
     try:
         info = json.loads((root / INFO_FILE).read_text(encoding="utf-8"))
@@ -187,24 +211,54 @@ def _check_rows(dataset: Dataset, data_rel: str, path: Path) -> None:
             return
 
 
-def iter_episodes(src: Path) -> Iterator[LeRobotEpisode | SourceError]:
+def iter_episodes(src: Path) -> Iterator[LeRobotEpisode | EpisodeImportError]:
     """Every episode of every dataset below ``src``; what cannot land yields its error."""
     src = Path(src)
     for root in find_datasets(src):
         rel = root.relative_to(src).as_posix() if root != src else "."
         try:
             dataset = open_dataset(root, rel)
-        except SourceError as exc:
+        except EpisodeImportError as exc:
             yield exc
             continue
         for row in dataset.episodes:
+            episode = LeRobotEpisode(dataset, row)
             bad = dataset.bad_files.get(dataset.data_file(row))
-            yield bad if bad is not None else LeRobotEpisode(dataset, row)
+            if bad is None:
+                yield episode
+            else:
+                yield EpisodeImportError(
+                    KIND, episode.episode_id, bad.file, bad.reason, field=bad.field
+                )
 
 
-def _write_cut(episode: LeRobotEpisode, out: Path) -> None:
-    """A one-episode dataset of ``episode`` (merged source) in ``out``."""
+class LeRobotV3Importer(Importer):
+    """``ego-assets import lerobot-v3 SRC``: every episode of every v3 dataset of SRC."""
+
+    kind = KIND
+    capture_kind = MARKER_KIND
+    dataset = KIND
+    licence = "not stated by the source (no licence file at its root)"
+
+    def episodes(
+        self, source: Source, after: str = ""
+    ) -> Iterator[SourceEpisode | EpisodeImportError]:
+        items = iter_episodes(local_root(source, self))
+        for item in skip_through(items, after, lambda i: i.episode_id):
+            if isinstance(item, EpisodeImportError):
+                yield item
+            else:
+                key = episode_key(self.dataset, item.episode_id)
+                yield SourceEpisode(key, item.episode_id, {}, derive=item.write)
+
+
+def _write_cut(episode: LeRobotEpisode, out: Path) -> Derived:
+    """A one-episode dataset of ``episode`` (merged source) in ``out``; what each file is."""
     ds, row = episode.dataset, dict(episode.row)
+    n = episode.index
+    made: Derived = {
+        DATA_PATH.format(**LOCATION): (_join(ds.rel, ds.data_file(row)), f"the rows of episode {n}")
+    }
     fps = int(ds.info["fps"])
     table = pq.read_table(ds.root / ds.data_file(row))
     table = table.filter(pa.array(table.column("episode_index").to_numpy() == episode.index))
@@ -238,6 +292,8 @@ def _write_cut(episode: LeRobotEpisode, out: Path) -> None:
     source_row = pq.read_table(_episodes_file(ds, episode.index))
     (out / EPISODE_ROW).parent.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist([row], schema=source_row.schema), out / EPISODE_ROW)
+    made[EPISODE_ROW] = (_join(ds.rel, EPISODES_DIR), f"the row of episode {n}, files renumbered")
+    made[INFO_FILE] = (_join(ds.rel, INFO_FILE), f"totals and splits of episode {n} alone")
     info = dict(
         ds.info,
         total_episodes=1,
@@ -248,10 +304,13 @@ def _write_cut(episode: LeRobotEpisode, out: Path) -> None:
     for rel in ("meta/tasks.parquet", "meta/stats.json"):
         if (ds.root / rel).is_file():
             shutil.copyfile(ds.root / rel, out / rel)
+            made[rel] = (_join(ds.rel, rel), "")
     sidecar = _ceres_sidecar(ds, episode.index)
     if sidecar is not None:
         (out / CERES_METADATA).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(sidecar, out / CERES_METADATA)
+        made[CERES_METADATA] = (_join(ds.rel, sidecar.relative_to(ds.root).as_posix()), "")
+    return made
 
 
 def _episodes_file(ds: Dataset, index: int) -> Path:
