@@ -263,38 +263,36 @@ def _waive(args: argparse.Namespace) -> int:
 
 
 def _view(args: argparse.Namespace) -> int:
-    from ego_assets.storage import Storage
-    from ego_assets.viewer import episode, exports
+    from ego_assets.viewer import episode
 
-    target = Path(args.episode)
-    if target.is_dir() and exports.is_lerobot_dataset(target):
-        out = Path(args.out or f"{target.resolve().name}.rrd")
-        path = exports.lerobot_recording(target, out, args.lerobot_episode)
-        found = episode.Located(path, f"LeRobot dataset {target}, read by Rerun's LeRobotReader")
-    elif exports.is_hdf5_file(target):
-        out = Path(args.out or f"{target.stem}.rrd")
-        path = exports.hdf5_recording(target, out)
-        found = episode.Located(path, f"HDF5 file {target}, read by Rerun's Hdf5Reader")
-    elif target.is_dir():
-        out = Path(args.out or f"{target.resolve().name}.rrd")
-        media = Path(args.media) if args.media else None
-        found = episode.recording_for_folder(target, out, media_dir=media)
-    else:
-        out = Path(args.out or f"{args.episode}.rrd")
-        found = episode.recording_for_key(Storage(args.data), args.episode, out)
-    print(f"{found.path}: {found.how}")
+    if not args.save_only and not args.web and (missing := episode.missing_display()):
+        raise UsageError(f"{missing}: pass --web to serve it to a browser, or --save-only")
+    out = Path(args.out) if args.out else episode.default_out(args.episode)
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder; give the .rrd file to write")
+    media = Path(args.media) if args.media else None
+    found = episode.locate(
+        args.episode, out, data=args.data, media=media, lerobot_episode=args.lerobot_episode
+    )
+    print(f"{found.path}: {found.how}", flush=True)
     if args.save_only:
         return 0
-    if not args.web:
-        episode.open_native(found.path)
-        return 0
-    process, url = episode.serve_web(found.path, args.web_port, args.grpc_port)
-    print(f"web viewer: {url}  (Ctrl-C stops it)")
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        process.terminate()
-        return 0
+    if args.web:
+        process, url = episode.serve_web(found.path, args.web_port, args.grpc_port, args.bind)
+        print(f"web viewer: {url}  (Ctrl-C stops it)", flush=True)
+    else:
+        process = episode.open_native(found.path, args.grpc_port, args.bind)
+    status = episode.wait_viewer(process)
+    if status not in (0, episode.TERMINATED):
+        print(f"error: the Rerun viewer exited with status {status}", file=sys.stderr)
+    return status
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (1-65535)")
+    return port
 
 
 def _holos_hdf5_validator(path: Path) -> Callable[[Path], list[str]] | None:
@@ -457,11 +455,14 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument(
         "--lerobot-episode", type=int, help="episode of a LeRobot dataset (default: first)"
     )
-    view.add_argument("--out", help="recording to write (default: ./<key>.rrd)")
+    view.add_argument("--out", help="recording to write (default: ./<name or key>.rrd)")
     view.add_argument("--save-only", action="store_true", help="write the .rrd, do not open")
-    view.add_argument("--web", action="store_true", help="serve the web viewer on 127.0.0.1")
-    view.add_argument("--web-port", type=int, default=9090, help="web viewer port")
-    view.add_argument("--grpc-port", type=int, default=9876, help="recording stream port")
+    view.add_argument("--web", action="store_true", help="serve the web viewer (see --bind)")
+    view.add_argument(
+        "--bind", default="127.0.0.1", help="address the viewer's servers listen on (0.0.0.0: all)"
+    )
+    view.add_argument("--web-port", type=_port, default=9090, help="web viewer port")
+    view.add_argument("--grpc-port", type=_port, default=9876, help="recording stream port")
     view.set_defaults(func=_view)
 
     validate = sub.add_parser("validate", help="check an exported file against its format")

@@ -8,7 +8,9 @@ real Aria MPS sample are built once per module.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,7 @@ from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.store import write_trajectory
 from ego_assets.viewer.recording import RECORDING_FILE, RecordingSummary, build_recording
 from ego_assets.viewer.skeleton import chains
+from ego_assets_tests.processes import free_port
 
 # (kind, fault options)
 KINDS = {
@@ -368,7 +371,10 @@ def test_view_coordinates_follow_the_world_frame(built: dict[str, Built]) -> Non
 
 
 def test_cli_view_save_only_finds_raw_media_and_gate_in_a_storage_layout(
-    built: dict[str, Built], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    built: dict[str, Built],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     b = built["webxr"]
     key = b.trajectory.info.capture_id
@@ -388,12 +394,77 @@ def test_cli_view_save_only_finds_raw_media_and_gate_in_a_storage_layout(
     by_key = tmp_path / "by-key.rrd"
     assert main(["view", key, "--data", str(tmp_path), "--save-only", "--out", str(by_key)]) == 0
     assert set(read_back(by_key)[0]) == set(columns)
-    # the recording the quality step stored beside the report is opened as it is
-    shutil.copy(by_key, tmp_path / "quality" / key / RECORDING_FILE)
+    # the recording the quality step stored beside the report is copied to --out, which
+    # defaults to ./<key>.rrd
+    stored = tmp_path / "quality" / key / RECORDING_FILE
+    shutil.copy(by_key, stored)
+    stored.chmod(0o600)  # the copy gets the usual mode all the same
     capsys.readouterr()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
     assert main(["view", key, "--data", str(tmp_path), "--save-only"]) == 0
     assert "stored beside the quality report" in capsys.readouterr().out
+    assert (work / f"{key}.rrd").read_bytes() == stored.read_bytes()
+    copied = tmp_path / "copied.rrd"
+    assert main(["view", key, "--data", str(tmp_path), "--save-only", "--out", str(copied)]) == 0
+    assert copied.read_bytes() == stored.read_bytes()
+    for written in (out, by_key, work / f"{key}.rrd", copied):
+        assert_usual_mode(written)
     assert main(["view", "no-such-key", "--data", str(tmp_path), "--save-only"]) == 2
+    assert sorted(p.name for p in work.iterdir()) == [f"{key}.rrd"]  # no leftovers
+
+
+def assert_usual_mode(path: Path) -> None:
+    """``path`` has the mode of any file this process creates (0644 under umask 022)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+
+
+@pytest.fixture
+def trajectory_folder(built: dict[str, Built], tmp_path: Path) -> Path:
+    """The webxr episode in a storage layout (trajectory, raw capture) under tmp_path."""
+    b = built["webxr"]
+    key = b.trajectory.info.capture_id
+    write_trajectory(b.trajectory, tmp_path / "trajectory" / key)
+    shutil.copytree(b.capture, tmp_path / "raw" / key / "capture")
+    return tmp_path / "trajectory" / key
+
+
+def test_cli_view_refuses_the_native_viewer_without_a_display_before_writing(
+    trajectory_folder: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET"):
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "never.rrd"
+    assert main(["view", str(trajectory_folder), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no display" in err and "--web" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_view_exits_non_zero_when_the_native_viewer_cannot_open(
+    trajectory_folder: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    display = next(n for n in range(90, 200) if not Path(f"/tmp/.X11-unix/X{n}").exists())
+    monkeypatch.setenv("DISPLAY", f":{display}")  # no X server there
+    monkeypatch.setenv("CI", "true")  # the rerun binary sends no usage analytics on CI
+    out = tmp_path / "native.rrd"
+    status = main(
+        ["view", str(trajectory_folder), "--out", str(out), "--grpc-port", str(free_port())]
+    )
+    assert status not in (0, 2)
+    err = capfd.readouterr().err
+    assert f"the Rerun viewer exited with status {status}" in err
+    assert "\x1b[" not in err  # the viewer's own lines come without colour codes
+    assert_usual_mode(out)
 
 
 @pytest.mark.parametrize("kind", ["holos-visionpro", "webxr", "mano-video"])
@@ -423,14 +494,23 @@ def test_camera_pose_and_pinhole_per_frame(built: dict[str, Built], kind: str) -
 
 
 def test_cli_view_lerobot_shard_as_the_format_carries_it_plus_skeletons_and_gaps(
-    built: dict[str, Built], tmp_path: Path
+    built: dict[str, Built], tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     b = built["webxr"]
     shard = tmp_path / "shard"
     shard.mkdir()
     write_shard(b.trajectory, b.capture, 0, shard)
     out = tmp_path / "shard.rrd"
+    capfd.readouterr()
     assert main(["view", str(shard), "--save-only", "--out", str(out)]) == 0
+    # clean output: one line naming the file, the reader's notes in plain words
+    printed = capfd.readouterr()
+    assert printed.err == ""
+    (line,) = printed.out.splitlines()
+    assert line.startswith(f"{out}: LeRobot dataset")
+    assert "ceres.source_frame_index" in line and "\x1b[" not in line
+    assert "ceres.source_gap" not in line  # the viewer adds what the reader skips
+    assert_usual_mode(out)
     columns, _ = read_back(out)
     # what Rerun's LeRobotReader shows
     for key in (
@@ -469,6 +549,7 @@ def test_cli_view_holos_hdf5_one_stream_per_clock_plus_skeletons(
     write_file(b.trajectory, b.capture, h5)
     out = tmp_path / "h5.rrd"
     assert main(["view", str(h5), "--save-only", "--out", str(out)]) == 0
+    assert_usual_mode(out)
     columns, _ = read_back(out)
     device = b.trajectory.stream("device_pose")
     (pose,) = [v for k, v in columns.items() if k[0] == "/holos/raw/device_pose"]

@@ -11,6 +11,10 @@ Chromium resolves no host but loopback, so the viewer page cannot reach the inte
 from __future__ import annotations
 
 import base64
+import os
+import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,11 +26,12 @@ from selenium.common.exceptions import TimeoutException
 
 from ego_assets.capture import read_capture
 from ego_assets.synth import synthesize
+from ego_assets.trajectory.store import write_trajectory
 from ego_assets.viewer.episode import serve_web
 from ego_assets.viewer.recording import build_recording
 from ego_assets_tests.browser import MISSING, chromium_available, headless_chromium
 from ego_assets_tests.processes import free_port
-from ego_assets_tests.waiting import CEILING_S
+from ego_assets_tests.waiting import CEILING_S, wait_for
 
 # ceilings for a hang (software WebGL on 2 loaded cores is slow, not stuck)
 LOAD_WAIT_S = SCREENSHOT_WAIT_S = CEILING_S
@@ -128,3 +133,70 @@ def test_web_viewer_loads_the_recording(
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def tcp_listeners(ports: set[int]) -> set[tuple[str, int]]:
+    """(local address, port) of every TCP socket listening on one of ``ports`` (IPv4 and
+    IPv6), from ``/proc/net/tcp*``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port = local.rsplit(":", 1)
+            if state == "0A" and int(port, 16) in ports:  # 0A: LISTEN
+                found.add((address, int(port, 16)))
+    return found
+
+
+LOOPBACK_HEX = "0100007F"  # 127.0.0.1 as /proc/net/tcp prints it
+
+
+def _gone(pid: int) -> bool:
+    """The process ended (no /proc entry, or a zombie waiting for its reaper)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+@pytest.mark.parametrize(
+    ("sent", "status"),
+    [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 0), (signal.SIGKILL, -9)],
+)
+def test_view_web_listens_on_loopback_only_and_its_viewer_ends_with_it(
+    tmp_path: Path, sent: signal.Signals, status: int
+) -> None:
+    """`ego-assets view --web`: both servers on 127.0.0.1 only; SIGTERM, Ctrl-C and the
+    command's death (SIGKILL) end the rerun child and free both ports."""
+    capture = synthesize("webxr", tmp_path / "raw" / "sig" / "capture", seconds=2.0, seed=4)
+    folder = tmp_path / "trajectory" / "sig"
+    write_trajectory(read_capture("sig", capture), folder)
+    web_port, grpc_port = free_port(), free_port()
+    command = [sys.executable, "-m", "ego_assets.cli", "view", str(folder), "--web"]
+    command += ["--web-port", str(web_port), "--grpc-port", str(grpc_port)]
+    log = tmp_path / "view.log"
+    env = {**os.environ, "CI": "true"}  # the rerun binary sends no usage analytics on CI
+    with log.open("wb") as sink:
+        view = subprocess.Popen(command, cwd=tmp_path, stdout=sink, stderr=sink, env=env)
+    try:
+
+        def serving() -> bool:
+            assert view.poll() is None, f"view exited: {log.read_text()}"
+            return len(tcp_listeners({web_port, grpc_port})) == 2
+
+        wait_for("the web viewer and gRPC server listening", serving, state=log.read_text)
+        assert tcp_listeners({web_port, grpc_port}) == {
+            (LOOPBACK_HEX, web_port),
+            (LOOPBACK_HEX, grpc_port),
+        }
+        children = Path(f"/proc/{view.pid}/task/{view.pid}/children").read_text().split()
+        (viewer,) = [int(c) for c in children]
+        assert (tmp_path / "sig.rrd").is_file()  # --out's default, ./<name>.rrd
+        view.send_signal(sent)
+        assert wait_for("the view command to exit", view.poll, state=log.read_text) == status
+        wait_for(f"the rerun child {viewer} to end", lambda: _gone(viewer))
+        wait_for("both ports free", lambda: not tcp_listeners({web_port, grpc_port}))
+    finally:
+        if view.poll() is None:
+            view.kill()
+            view.wait()

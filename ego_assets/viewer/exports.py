@@ -11,7 +11,9 @@ this module adds, from the dataset's own metadata (``meta/info.json`` feature na
 * ``ceres.source_gap``: the gap flag of every row (1 on a recorder gap slot), which the
   reader skips (boolean feature).
 
-No knowledge of the exporter's code is used: only the names the dataset declares.
+No knowledge of the exporter's code is used: only the names the dataset declares. What
+the readers print while they read (Rust log lines on the standard error, such as "feature
+of dtype Int64 not yet implemented") is returned as plain notes instead.
 
 An HDF5 file goes through Rerun's `Hdf5Reader`, one stream per clock of the file (every
 group with its own ``time`` dataset), plus ``skeleton/<side>`` line strips from the
@@ -21,6 +23,12 @@ Holos world skeleton groups.
 from __future__ import annotations
 
 import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import h5py
@@ -32,6 +40,7 @@ from rerun.chunk import Chunk, IndexColumn, LazyChunkStream
 from rerun.experimental import Hdf5Reader, LeRobotReader
 
 from ego_assets.trajectory.joints import JOINT_SETS
+from ego_assets.viewer.recording import APPLICATION_ID, atomic_output
 from ego_assets.viewer.rerun_log import ArrowBatch
 from ego_assets.viewer.skeleton import skeleton_strips
 
@@ -41,6 +50,39 @@ GAP = "ceres.source_gap"
 FRAME = "frame_index"
 HOLOS_WORLD_SKELETONS = "/holos/raw/hand_pose_world"
 HAND_RGB = {"left": 0x2866FFFF, "right": 0xEB3C28FF}
+# A Rust log line: colour codes, then "<timestamp> <LEVEL> <target>: <message>".
+COLOUR_CODE = re.compile(r"\x1b\[[0-9;]*m")
+RUST_LOG_PREFIX = re.compile(r"^\S+Z\s+(TRACE|DEBUG|INFO|WARN|ERROR)\s+[\w:]+:\s*")
+
+
+@contextmanager
+def reader_notes() -> Iterator[list[str]]:
+    """Collect what is written to the standard error (file descriptor 2, where Rerun's
+    Rust code logs) inside the block; the yielded list holds its lines afterwards, without
+    colour codes, timestamp, level or logger name. When the block fails they are printed
+    to the standard error, so nothing that explains the failure is lost."""
+    notes: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    failed = False
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield notes
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            for line in sink.read().decode(errors="replace").splitlines():
+                plain = RUST_LOG_PREFIX.sub("", COLOUR_CODE.sub("", line)).strip()
+                if plain:
+                    notes.append(plain)
+            if failed and notes:
+                print("\n".join(notes), file=sys.stderr)
 
 
 def is_lerobot_dataset(path: Path) -> bool:
@@ -108,10 +150,13 @@ def _added_chunks(folder: Path, episode: int) -> list[Chunk]:
     return chunks
 
 
-def lerobot_recording(folder: Path, out: Path, episode: int | None = None) -> Path:
+def lerobot_recording(
+    folder: Path, out: Path, episode: int | None = None
+) -> tuple[Path, list[str]]:
     """Write one episode of the LeRobot dataset ``folder`` to ``out`` (.rrd).
 
-    ``episode`` defaults to the first episode of the dataset.
+    ``episode`` defaults to the first episode of the dataset. Returns ``out`` and the
+    reader's notes (features it skipped; the gap flag it skips is added here).
     """
     folder = Path(folder)
     reader = LeRobotReader(folder)
@@ -119,13 +164,12 @@ def lerobot_recording(folder: Path, out: Path, episode: int | None = None) -> Pa
     chosen = episodes[0] if episode is None else episode
     if chosen not in episodes:
         raise ValueError(f"{folder}: no episode {chosen}; episodes: {episodes}")
-    stream = LazyChunkStream.merge(
-        reader.stream(chosen), LazyChunkStream.from_iter(_added_chunks(folder, chosen))
-    )
-    stream.write_rrd(
-        str(out), application_id="ego_assets", recording_id=f"{folder.name}-episode-{chosen}"
-    )
-    return Path(out)
+    added = LazyChunkStream.from_iter(_added_chunks(folder, chosen))
+    recording_id = f"{folder.name}-episode-{chosen}"
+    with reader_notes() as notes, atomic_output(out) as tmp:
+        stream = LazyChunkStream.merge(reader.stream(chosen), added)
+        stream.write_rrd(str(tmp), application_id=APPLICATION_ID, recording_id=recording_id)
+    return Path(out), [n for n in notes if f"({GAP})" not in n]
 
 
 def is_hdf5_file(path: Path) -> bool:
@@ -183,12 +227,13 @@ def _timed_groups(reader: Hdf5Reader, virtual: set[str]) -> list[tuple[str, list
     return out
 
 
-def hdf5_recording(path: Path, out: Path) -> Path:
+def hdf5_recording(path: Path, out: Path) -> tuple[Path, list[str]]:
     """Write the HDF5 export ``path`` to ``out`` (.rrd) with Rerun's `Hdf5Reader`.
 
     Every group with its own ``time`` dataset (seconds since capture start) is streamed
     on the ``time`` timeline at its own entity path, so each clock of the file keeps its
-    own rows; the file's attributes come along as static properties.
+    own rows; the file's attributes come along as static properties. Returns ``out`` and
+    the reader's notes.
     """
     reader = Hdf5Reader(path)
     streams = [
@@ -203,10 +248,11 @@ def hdf5_recording(path: Path, out: Path) -> Path:
     if not streams:
         raise ValueError(f"{path}: no group with a 1-D 'time' dataset")
     streams.append(LazyChunkStream.from_iter(_hdf5_skeletons(Path(path))))
-    LazyChunkStream.merge(*streams).write_rrd(
-        str(out), application_id="ego_assets", recording_id=Path(path).stem
-    )
-    return Path(out)
+    with reader_notes() as notes, atomic_output(out) as tmp:
+        LazyChunkStream.merge(*streams).write_rrd(
+            str(tmp), application_id=APPLICATION_ID, recording_id=Path(path).stem
+        )
+    return Path(out), notes
 
 
 def _hdf5_skeletons(path: Path) -> list[Chunk]:
