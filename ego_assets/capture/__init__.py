@@ -20,6 +20,7 @@ READERS = {
     "lerobot_v3": ("ego_assets.capture.lerobot_v3", "read_lerobot_v3"),
     "holos_hdf5": ("ego_assets.capture.holos_hdf5", "read_holos_hdf5"),
     "egosmith_webdataset": ("ego_assets.capture.egosmith_webdataset", "read_egosmith_webdataset"),
+    "mano_sequence": ("ego_assets.capture.mano_sequence", "read_mano_sequence"),
 }
 
 

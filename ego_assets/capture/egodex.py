@@ -45,12 +45,11 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from ego_assets.capture.files import MARKER_FILE, CaptureFiles
-from ego_assets.capture.media import probe_video
-from ego_assets.capture.provenance import PROVENANCE_FILE, provenance_ref, read_provenance
+from ego_assets.capture.head_video import head_video, imported_from
+from ego_assets.capture.provenance import PROVENANCE_FILE
 from ego_assets.trajectory.joints import ARKIT27
 from ego_assets.trajectory.model import (
     Annotations,
-    CameraCalibration,
     CaptureInfo,
     Characteristic,
     FileRef,
@@ -84,7 +83,6 @@ TEXT_ATTRS = (
     "session_name",
 )
 CHARACTERISTICS = ("environment", "object", "session_name", "llm_type", "llm_verbs", "llm_objects")
-TIME_SOURCE = "derived: frame_index / 30 s (EgoDex has no timestamps)"
 
 
 def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
@@ -96,24 +94,14 @@ def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
     """
     poses, confidence, intrinsic, attrs = _read_hdf5(files)
     n = poses.shape[1]
-    probe = probe_video(files, VIDEO_FILE)
-    if probe.frame_count < n:
-        raise files.error(
-            VIDEO_FILE,
-            f"holds {probe.frame_count} frames but the transforms hold {n}",
-            field="frames",
-        )
+    video = head_video(files, VIDEO_FILE, n, "transforms", fps=FPS)
     finite = np.isfinite(poses).all(axis=(2, 3))  # (J+1, N)
     _check_rigid(files, poses, finite)
     quats = np.full((*finite.shape, 4), np.nan)
     quats[finite] = Rotation.from_matrix(poses[..., :3, :3][finite]).as_quat()
     positions = poses[..., :3, 3]
-    ts = np.round(np.arange(n) * (1e9 / FPS)).astype(np.int64)
-    base: dict[str, AttrValue] = {
-        "nominal_rate_hz": float(FPS),
-        "source_file": HDF5_FILE,
-        "time_source": TIME_SOURCE,
-    }
+    ts = video.timestamp_ns
+    base = {**video.attrs, "source_file": HDF5_FILE}
     index = {name: i for i, name in enumerate(("camera", *JOINTS))}
 
     def pose_stream(name: str, joint: str) -> Stream:
@@ -126,34 +114,12 @@ def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
         streams.append(_hand_stream(side, ts, positions, quats, finite, confidence, index, base))
     streams.extend(pose_stream(f"body_{joint}", joint) for joint in BODY_JOINTS)
     world_to_camera = np.full((n, 4, 4), np.nan)
-    cam_ok = finite[0]
-    world_to_camera[cam_ok] = np.linalg.inv(poses[0][cam_ok])
-    fx, fy, cx, cy = intrinsic[0, 0], intrinsic[1, 1], intrinsic[0, 2], intrinsic[1, 2]
-    streams.append(
-        make_stream(
-            "video_frames",
-            "media_frames",
-            ts,
-            0,
-            {
-                "frame_index": np.arange(n, dtype=np.int64),
-                "intrinsics": np.tile([fx, fy, cx, cy], (n, 1)),
-                "world_to_camera": world_to_camera,
-            },
-            {**base, "media": "video", "camera_axes": "arkit"},
-        )
-    )
-    quirks = [Quirk(HDF5_FILE, "no timestamps: frame i is at i / 30 s (derived)", n, "transforms")]
+    world_to_camera[finite[0]] = np.linalg.inv(poses[0][finite[0]])
+    streams.append(video.frames_stream(intrinsic, world_to_camera, "arkit", HDF5_FILE))
+    quirks = video.quirks()
     if confidence is None:
         quirks.append(Quirk(HDF5_FILE, "no confidences group: confidence absent", 0, "confidences"))
-    if probe.frame_count > n:
-        quirks.append(
-            Quirk(
-                VIDEO_FILE, f"video holds {probe.frame_count - n} frames more than the transforms"
-            )
-        )
-    provenance = read_provenance(files) if files.exists(PROVENANCE_FILE) else None
-    original = str(provenance["original_path"]) if provenance else ""
+    _, original, refs = imported_from(files)
     parts = original.split("/")
     language, instructions = _descriptions(files, attrs)
     info = CaptureInfo(
@@ -171,20 +137,7 @@ def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
         up_axis="Y",
         dataset_name="egodex",
         split=parts[0] if len(parts) >= 3 else "",
-        cameras=(
-            CameraCalibration(
-                "video",
-                "pinhole",
-                probe.width,
-                probe.height,
-                float(fx),
-                float(fy),
-                float(cx),
-                float(cy),
-            ),
-        )
-        if probe.width > 0 and probe.height > 0
-        else (),
+        cameras=video.cameras(intrinsic),
         characteristics=tuple(
             Characteristic(name, "known", attrs[name])
             if name in attrs
@@ -192,20 +145,13 @@ def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
             for name in CHARACTERISTICS
         ),
     )
-    refs = [FileRef("egodex_hdf5", HDF5_FILE, "application/x-hdf5")]
-    if provenance is not None:
-        refs.append(provenance_ref())
     known = {MARKER_FILE, HDF5_FILE, VIDEO_FILE, PROVENANCE_FILE}
     return Trajectory(
         info=info,
         streams=tuple(streams),
         annotations=Annotations(instructions=instructions, language=language),
-        media=(
-            probe.media_ref(
-                "video", VIDEO_FILE, "video/mp4", frames_stream="video_frames", start_ns=0
-            ),
-        ),
-        files=tuple(refs),
+        media=(video.media(),),
+        files=(FileRef("egodex_hdf5", HDF5_FILE, "application/x-hdf5"), *refs),
         extra_files=tuple(p for p in files.list_files() if p not in known),
         quirks=tuple(quirks),
     )

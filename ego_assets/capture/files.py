@@ -39,6 +39,7 @@ CAPTURE_KINDS = (
     "lerobot_v3",
     "holos_hdf5",
     "egosmith_webdataset",
+    "mano_sequence",
 )
 
 MAX_JSON_BYTES = 64 << 20  # a JSON document (not JSON Lines) is read whole: at most 64 MiB

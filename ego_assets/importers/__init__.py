@@ -20,6 +20,7 @@ IMPORTERS: dict[str, tuple[str, str]] = {
         "ego_assets.importers.egosmith_webdataset",
         "EgoSmithWebDatasetImporter",
     ),
+    "mano-sequence": ("ego_assets.importers.mano_sequence", "ManoSequenceImporter"),
 }
 
 

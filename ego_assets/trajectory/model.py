@@ -27,6 +27,7 @@ SOURCE_KINDS = (
     "lerobot-v3",
     "holos-hdf5",
     "egosmith-webdataset",
+    "mano-sequence",
 )
 AVAILABILITY_STATUSES = ("known", "unknown", "unavailable")
 SEGMENT_OUTCOMES = ("success", "completed", "retry", "failed", "aborted", "unknown")
