@@ -381,7 +381,8 @@ def _assemble(
     try:
         trajectory = read_capture(episode.key, staging)
     except CaptureFormatError as exc:
-        original = episode.files.get(exc.file, exc.file)
+        originals = {str(e["path"]): str(e["original"]) for e in entries}
+        original = originals.get(exc.file, exc.file)
         raise importer.error(
             episode.original_path, original, exc.reason, field=exc.field, row=exc.row
         ) from None
