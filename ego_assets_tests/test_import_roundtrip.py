@@ -28,11 +28,22 @@ from ego_assets.importers import get_importer
 from ego_assets.importers.core import import_source, open_source
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+from ego_assets.synth.egodex import write_egodex_episode
+from ego_assets.synth.mano_sequence import write_mano_sequence
 from ego_assets.trajectory.joints import joint_map
 from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.streams import Stream
 
-SOURCE_KINDS = ("holos-visionpro", "holos-iphone", "webxr", "mano-video", "aria-mps")
+SOURCE_KINDS = (
+    "holos-visionpro",
+    "holos-iphone",
+    "webxr",
+    "mano-video",
+    "aria-mps",
+    "egodex",
+    "mano-sequence",
+)
+IMPORTED_SOURCES = {"egodex", "mano-sequence"}  # public datasets, landed by their importers
 SECONDS = 1.0
 OPENCV_FROM = {"opencv": np.eye(4), "arkit": np.diag([1.0, -1.0, -1.0, 1.0])}
 
@@ -50,6 +61,17 @@ def sources(tmp_path_factory) -> dict[str, tuple[Trajectory, Path]]:
             for extra in (*folder.glob("*.txt"), folder / "README.md"):
                 extra.unlink()
             write_marker(folder, "aria_mps")
+        elif kind in IMPORTED_SOURCES:
+            src = root / f"{key}-source"
+            if kind == "egodex":
+                write_egodex_episode(src / "pour_water", 0, frames=30, seed=3)
+            else:
+                write_mano_sequence(
+                    src / "Hand_Poses" / "(stir, spoon, bowl)" / "seq_01", frames=30
+                )
+            trajectory, folder = import_one(kind, src, root / f"{key}-data")
+            out[kind] = (trajectory, folder)
+            continue
         else:
             folder = synthesize(kind, root / key, seconds=SECONDS, seed=3, capture_id=key)
         out[kind] = (read_capture(key, folder), folder)
@@ -307,7 +329,8 @@ def test_egosmith_round_trip_keeps_wrists_tips_camera_and_frames(sources, tmp_pa
             continue
         rows = nearest(source, wrist.time)
         if source.kind == "mano":
-            expected = source.fields["joints"][rows, 0]
+            joints = source.fields.get("joints")  # MANO joint 0, else transl (no MANO model)
+            expected = joints[rows, 0] if joints is not None else source.fields["transl"][rows]
             params = imported.stream(f"mano_{side}").fields
             np.testing.assert_array_equal(
                 params["betas"][present], f32(source.fields["betas"][rows][present])

@@ -216,7 +216,7 @@ def _write_video(
     """The JPEGs as Motion-JPEG packets in Matroska, each at its sample's time (µs)."""
     if not images:
         raise ValueError(f"{path.name}: the episode has no image.jpg")
-    width, height, _, _ = simplejpeg.decode_jpeg_header(images[0])
+    height, width, _, _ = simplejpeg.decode_jpeg_header(images[0])
     if all(t is not None for t in times) and len(times) == len(images):
         stamps = [(t - times[0]) // 1000 for t in times]  # type: ignore[operator]
     else:
