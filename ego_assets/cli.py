@@ -10,6 +10,13 @@ Commands:
     validate check an exported file against its format and print every deviation
     catalog  print the dataset catalog's composition and export coverage (or run --sql)
     import   land the episodes of an existing dataset as captures (docs/importers.md)
+    serve    serve the export API and the captures page
+    where    which capture set (Dagster partitions, group, assets, job) a capture is in
+    backfill re-run per-capture assets for some or all captures
+    partitions migrate   move captures to their set under a new number of sets
+
+Commands that need a Dagster instance (where, backfill, partitions, serve) reach it
+through `ego_assets.dagster_client` only.
 """
 
 from __future__ import annotations
@@ -240,9 +247,37 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ego_assets.defs.demo import run_demo
+    from ego_assets.dagster_client import run_demo
 
     return run_demo(Path(args.data), seconds=args.seconds)
+
+
+def _known_metric(metric: str) -> str:
+    """``metric`` if its name (after any ``<scope>/``) is a quality metric, else UsageError."""
+    from ego_assets.quality.thresholds import default_thresholds
+
+    names = [m.name for m in default_thresholds().metrics]
+    if metric.strip().rsplit("/", 1)[-1] not in names:
+        raise UsageError(f"no quality metric {metric!r}; metrics: {', '.join(names)}")
+    return metric
+
+
+def _seen_capture(storage: Any, key: str) -> str:
+    """``key`` if the data root has seen that capture (landing folder, raw copy, trajectory
+    or quality report), else UsageError."""
+    from ego_assets.keys import validate_capture_key
+
+    validate_capture_key(key)
+    places = [storage.landing_path(key), *(storage.stage_path(s, key) for s in STAGES_OF_A_CAPTURE)]
+    if not any(place.exists() for place in places):
+        raise UsageError(
+            f"no capture {key!r} under {storage.root} (no landing folder, raw copy, trajectory "
+            "or quality report)"
+        )
+    return key
+
+
+STAGES_OF_A_CAPTURE = ("raw", "trajectory", "quality")
 
 
 def _waive(args: argparse.Namespace) -> int:
@@ -255,6 +290,8 @@ def _waive(args: argparse.Namespace) -> int:
         revoke_waiver(storage, args.key, args.metric, args.by)
         print(f"revoked the waiver of {args.key} for {args.metric}")
     else:
+        _seen_capture(storage, args.key)
+        _known_metric(args.metric)
         add_waiver(storage, args.key, args.metric, args.reason or "", args.by)
         print(f"waived {args.metric} on {args.key} (by {args.by}: {args.reason})")
     gate = rejudge_gate(storage, args.key)
@@ -368,14 +405,8 @@ def _catalog(args: argparse.Namespace) -> int:
     return run_catalog(args.data, endpoint_url=args.endpoint_url, sql=args.sql, build=args.build)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from ego_assets.capture_sets import PER_CAPTURE_ASSETS
+def _add_synth(sub: Any) -> None:
     from ego_assets.synth import KINDS
-
-    parser = argparse.ArgumentParser(
-        prog="ego-assets", description=__doc__.splitlines()[0], formatter_class=_HelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     synth = sub.add_parser(
         "synth",
@@ -396,6 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("out", help="capture folder to create")
     synth.set_defaults(func=_synth)
 
+
+def _add_convert(sub: Any) -> None:
     convert = sub.add_parser(
         "convert",
         help="capture folder -> trajectory folder",
@@ -413,6 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     _progress_option(convert)
     convert.set_defaults(func=_convert)
 
+
+def _add_inspect(sub: Any) -> None:
     inspect = sub.add_parser(
         "inspect",
         help="list the streams of a trajectory or capture folder; check EgoSmith shards",
@@ -430,12 +465,35 @@ def build_parser() -> argparse.ArgumentParser:
     _progress_option(inspect)
     inspect.set_defaults(func=_inspect)
 
-    demo = sub.add_parser("demo", help="run the platform on local files")
+
+def _add_demo(sub: Any) -> None:
+    demo = sub.add_parser(
+        "demo",
+        help="run the platform on local files",
+        description=(
+            "Seed DATA/landing with a short synthetic capture of every kind and the real\n"
+            "Aria sample, run every capture through the platform on a local Dagster\n"
+            "instance ($DAGSTER_HOME, else DATA/.dagster_home), build the catalog and print\n"
+            "the results. A capture whose earlier run died is run again; the rest is reused.\n"
+            "Exit code 1 when a capture or the catalog failed."
+        ),
+    )
     demo.add_argument("--data", default="data", help="data root (landing zone and stages)")
     demo.add_argument("--seconds", type=float, default=8.0, help="synthetic capture length")
     demo.set_defaults(func=_demo)
 
-    waive = sub.add_parser("waive", help="waive (or revoke) one blocking metric of a capture")
+
+def _add_waive(sub: Any) -> None:
+    waive = sub.add_parser(
+        "waive",
+        help="waive (or revoke) one blocking metric of a capture",
+        description=(
+            "Let one capture through one blocking quality metric, on the record (who, why,\n"
+            "when, in DATA/waivers.json), and decide its stored gate again; --revoke takes\n"
+            "the waiver back. The capture must be one the data root has seen and the\n"
+            "metric one of the quality metrics (docs/quality.md)."
+        ),
+    )
     waive.add_argument("key", help="capture key")
     waive.add_argument("metric", help="metric name, or <scope>/<name> for one scope")
     waive.add_argument("--reason", help="why the capture may be exported anyway")
@@ -444,7 +502,16 @@ def build_parser() -> argparse.ArgumentParser:
     waive.add_argument("--data", default="data", help="data root holding waivers.json")
     waive.set_defaults(func=_waive)
 
-    view = sub.add_parser("view", help="open an episode in the Rerun viewer")
+
+def _add_view(sub: Any) -> None:
+    view = sub.add_parser(
+        "view",
+        help="open an episode in the Rerun viewer",
+        description=(
+            "Write an episode's Rerun recording (.rrd) and open it in the native viewer, or\n"
+            "serve the web viewer on 127.0.0.1 (--web), or only write it (--save-only)."
+        ),
+    )
     view.add_argument(
         "episode", help="capture key (in --data), trajectory folder, LeRobot dataset or HDF5 file"
     )
@@ -465,13 +532,33 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--grpc-port", type=_port, default=9876, help="recording stream port")
     view.set_defaults(func=_view)
 
-    validate = sub.add_parser("validate", help="check an exported file against its format")
+
+def _add_validate(sub: Any) -> None:
+    validate = sub.add_parser(
+        "validate",
+        help="check an exported file against its format",
+        description=(
+            "Check an exported artefact against its format's spec and print every deviation:\n"
+            f"{', '.join(name for name, _ in VALIDATORS)}. Exit code 0 when it conforms,\n"
+            "1 with deviations, 2 when the path is no export of any format."
+        ),
+    )
     validate.add_argument(
         "path", help="an exported file (FILE.h5, SHARD.tar), EgoSmith folder or CERES shard/dataset"
     )
     validate.set_defaults(func=_validate)
 
-    catalog = sub.add_parser("catalog", help="print the dataset catalog (docs/catalog.md)")
+
+def _add_catalog(sub: Any) -> None:
+    catalog = sub.add_parser(
+        "catalog",
+        help="print the dataset catalog (docs/catalog.md)",
+        description=(
+            "Print the dataset catalog's composition and export coverage from the data\n"
+            "root's catalog (DuckDB), or the result of one SQL query (--sql); --build stages\n"
+            "the receipts and quality reports and runs the dbt models first."
+        ),
+    )
     catalog.add_argument(
         "--data",
         default=os.environ.get("EGO_DATA_DIR", "data"),
@@ -486,7 +573,18 @@ def build_parser() -> argparse.ArgumentParser:
     catalog.add_argument("--build", action="store_true", help="stage rows and dbt build first")
     catalog.set_defaults(func=_catalog)
 
-    serve = sub.add_parser("serve", help="serve the export API and captures page (docs/api.md)")
+
+def _add_serve(sub: Any) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="serve the export API and captures page (docs/api.md)",
+        description=(
+            "Serve the export API and the captures page over the Dagster instance of\n"
+            "$DAGSTER_HOME and the data root $EGO_DATA_DIR; exports are launched through\n"
+            "the Dagster webserver (--dagster-url). --hash-token prints a token's\n"
+            "configuration entry for api.toml and exits."
+        ),
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on")
     serve.add_argument("--config", help="API configuration TOML (default: $EGO_API_CONFIG)")
@@ -504,21 +602,32 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--hash-token",
         metavar="TOKEN",
-        help="print the configuration entry (sha256:...) for TOKEN and exit",
+        help='print the api.toml entry (TOKEN_ID = "sha256:...") for TOKEN and exit',
+    )
+    serve.add_argument(
+        "--token-id", default="my-token", help="the token's id in the entry --hash-token prints"
     )
     serve.set_defaults(func=_serve)
+
+
+def _add_where(sub: Any) -> None:
     where = sub.add_parser(
         "where",
         help="which capture set (Dagster partitions, group, assets) a capture is in",
         description=(
-            "Print the capture set of each capture key (EGO_CAPTURE_SETS sets, see\n"
-            "docs/scale.md): its partitions definition, asset group, asset keys and job.\n"
-            "In the Dagster UI: the group, then an asset's Partitions tab."
+            "Print the capture set of each registered capture (instance of $DAGSTER_HOME;\n"
+            "EGO_CAPTURE_SETS sets, see docs/scale.md): its partitions definition, asset\n"
+            "group, asset keys and job. In the Dagster UI: the group, then an asset's\n"
+            "Partitions tab."
         ),
     )
     where.add_argument("keys", nargs="+", metavar="KEY", help="capture key")
     where.add_argument("--sets", type=int, help="number of sets (default: $EGO_CAPTURE_SETS)")
     where.set_defaults(func=_where)
+
+
+def _add_backfill(sub: Any) -> None:
+    from ego_assets.capture_sets import PER_CAPTURE_ASSETS
 
     backfill = sub.add_parser(
         "backfill",
@@ -526,7 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Launch Dagster asset backfills on the instance of $DAGSTER_HOME: the captures\n"
             "are grouped by capture set and each set gets one backfill, run by the backfill\n"
-            "daemon in ranged runs of BACKFILL_CHUNK captures. Prints the backfill ids."
+            "daemon in ranged runs of BACKFILL_CHUNK captures. Prints the backfill ids.\n"
+            "Unregistered captures and unknown assets are refused before anything launches."
         ),
     )
     chosen = backfill.add_mutually_exclusive_group(required=True)
@@ -540,6 +650,8 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--sets", type=int, help="number of sets (default: $EGO_CAPTURE_SETS)")
     backfill.set_defaults(func=_backfill)
 
+
+def _add_partitions(sub: Any) -> None:
     partitions = sub.add_parser("partitions", help="maintain the capture partition sets")
     psub = partitions.add_subparsers(
         dest="partitions_command", required=True, metavar="ACTION", help="migrate"
@@ -564,10 +676,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.add_argument("--apply", action="store_true", help="migrate (default: dry run)")
     migrate.set_defaults(func=_migrate)
-    _add_import_parser(sub)
-    for command in sub.choices.values():
-        command.formatter_class = _HelpFormatter
-    return parser
 
 
 def _add_import_parser(sub: Any) -> None:
@@ -654,17 +762,64 @@ def _existing_file(path: Path, what: str) -> Path:
     return path
 
 
+# Every command's parser, in the order `ego-assets --help` lists them.
+COMMANDS = (
+    _add_synth,
+    _add_convert,
+    _add_inspect,
+    _add_demo,
+    _add_waive,
+    _add_view,
+    _add_validate,
+    _add_catalog,
+    _add_serve,
+    _add_where,
+    _add_backfill,
+    _add_partitions,
+    _add_import_parser,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ego-assets", description=__doc__.splitlines()[0], formatter_class=_HelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in COMMANDS:
+        add_command(sub)
+    for command in sub.choices.values():
+        command.formatter_class = _HelpFormatter
+    return parser
+
+
 def _check_sets(sets: int | None) -> int | None:
     from ego_assets.capture_sets import parse_capture_sets
 
     return None if sets is None else parse_capture_sets(str(sets))
 
 
-def _where(args: argparse.Namespace) -> int:
-    from ego_assets.defs.capture_ops import where
+def _registered(instance: Any, keys: list[str], sets: int | None) -> list[str]:
+    """``keys`` if each is a registered capture among ``sets`` sets, else UsageError."""
+    from ego_assets import dagster_client
 
+    missing = dagster_client.unregistered(instance, keys, sets)
+    if missing:
+        among = f" (among {sets} capture sets)" if sets is not None else ""
+        raise UsageError(
+            f"not registered captures{among}: {', '.join(missing)}; "
+            "a capture is registered when the landing sensor (or `ego-assets demo`) sees it"
+        )
+    return keys
+
+
+def _where(args: argparse.Namespace) -> int:
+    from ego_assets import dagster_client
+
+    sets = _check_sets(args.sets)
+    with dagster_client.instance_from_env() as instance:
+        _registered(instance, args.keys, sets)
     for key in args.keys:
-        place = where(key, _check_sets(args.sets))
+        place = dagster_client.where(key, sets)
         print(f"{place['capture']}: set {place['set']}  partitions {place['partitions']}")
         print(f"  group: {place['group']}")
         print(f"  assets: {', '.join(place['assets'])}")  # type: ignore[arg-type]
@@ -673,45 +828,71 @@ def _where(args: argparse.Namespace) -> int:
 
 
 def _backfill(args: argparse.Namespace) -> int:
+    from ego_assets import dagster_client
     from ego_assets.capture_sets import PER_CAPTURE_ASSETS
-    from ego_assets.defs.capture_ops import backfill_command
 
     chosen = args.assets or ",".join(PER_CAPTURE_ASSETS)
     assets = [a.strip() for a in chosen.split(",") if a.strip()]
-    return backfill_command(
-        None if args.all else args.captures, assets, _check_sets(args.sets), print
-    )
+    unknown = [a for a in assets if a not in PER_CAPTURE_ASSETS]
+    if unknown or not assets:
+        raise UsageError(
+            f"not per-capture assets: {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(PER_CAPTURE_ASSETS)}"
+        )
+    sets = _check_sets(args.sets)
+    with dagster_client.instance_from_env() as instance:
+        if args.captures is not None:
+            _registered(instance, args.captures, sets)
+        return dagster_client.backfill(instance, args.captures, assets, sets, print)
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from ego_assets.defs.capture_ops import migrate_command
+    from ego_assets import dagster_client
 
     sets = _check_sets(args.sets)
     assert sets is not None
-    return migrate_command(sets, _check_sets(args.from_sets), args.apply, print)
+    with dagster_client.instance_from_env() as instance:
+        current = _check_sets(args.from_sets)
+        return dagster_client.migrate(instance, sets, current, args.apply, print)
 
 
 def _serve(args: argparse.Namespace) -> int:
     from ego_assets.api.config import hash_token
 
     if args.hash_token:
-        print(hash_token(args.hash_token))
+        entry = f'{args.token_id} = "{hash_token(args.hash_token)}"'
+        print(entry)
+        print(
+            "# put it under [organizations.<name>.tokens] in api.toml (docs/api.md)",
+            file=sys.stderr,
+        )
         return 0
     from ego_assets.api.app import serve_from_env
+    from ego_assets.dagster_client import check_instance_env
 
+    check_instance_env()
     serve_from_env(args.host, args.port, args.config, args.dagster_url, args.workers)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ego_assets.dagster_client import InstanceMissingError
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # Dagster flags backfill policies and partitioned checks as beta/preview on every load.
     warnings.filterwarnings("ignore", message=".*(beta|preview).*")
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (UsageError, CaptureFormatError, CaptureKeyError, ValueError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (
+        UsageError,
+        InstanceMissingError,
+        CaptureFormatError,
+        CaptureKeyError,
+        ValueError,
+        KeyError,
+    ) as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. permission denied, disk full: the system's own words
         print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
@@ -719,6 +900,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error's message (a KeyError's without the quotes str() adds)."""
+    if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        return exc.args[0]
+    return str(exc)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import dagster as dg
 import pytest
 
 from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest, write_marker
-from ego_assets.defs.episodes import BACKFILL_CHUNK, DATA_VERSION_TAG, add_partition_metadata
+from ego_assets.dagster_compat import add_partition_metadata
+from ego_assets.defs.episodes import BACKFILL_CHUNK, DATA_VERSION_TAG
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource

@@ -209,3 +209,184 @@ def test_long_work_reports_progress_and_the_cli_draws_it_as_bars(tmp_path):
     for bar in (f"{DRAW_TASK}:", f"{ENCODE_TASK}:", "/30 ", "frames/s", "checking capture files:"):
         assert bar in text
     assert "B/s" in text  # bytes are counted in bytes
+
+
+# ------------------------------------------------- refusals before anything is written
+
+
+@pytest.fixture
+def instance_home(tmp_path, monkeypatch) -> Path:
+    """$DAGSTER_HOME with a SQLite instance where ``cap-known`` is a registered capture."""
+    import dagster as dg
+
+    from ego_assets.defs.partitions import register_captures
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with dg.DagsterInstance.get() as instance:
+        register_captures(instance, ["cap-known"], 1)
+    return home
+
+
+def _backfills(home: Path) -> int:
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        return len(instance.get_backfills())
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["backfill", "--captures", "cap-known", "no-such-capture"],
+            "error: not registered captures: no-such-capture; a capture is registered when "
+            "the landing sensor (or `ego-assets demo`) sees it",
+        ),
+        (
+            ["backfill", "--captures", "cap-known", "--sets", "3"],
+            "error: not registered captures (among 3 capture sets): cap-known; a capture is "
+            "registered when the landing sensor (or `ego-assets demo`) sees it",
+        ),
+        (
+            ["backfill", "--all", "--assets", "trajectory,quality_catalog"],
+            "error: not per-capture assets: quality_catalog; choose from raw_capture, "
+            "trajectory, quality_report, holos_hdf5, ceres_episode, egosmith_shards",
+        ),
+        (
+            ["where", "no-such-capture"],
+            "error: not registered captures: no-such-capture; a capture is registered when "
+            "the landing sensor (or `ego-assets demo`) sees it",
+        ),
+        (
+            ["backfill", "--all", "--sets", "1000"],
+            "error: EGO_CAPTURE_SETS must be a whole number from 1 to 999: '1000'",
+        ),
+    ],
+)
+def test_the_dagster_commands_refuse_unknown_captures_assets_and_sets_before_launching(
+    instance_home, capsys, argv, expected
+):
+    from ego_assets.capture_sets import PER_CAPTURE_ASSETS
+
+    expected = expected.replace(
+        "raw_capture, trajectory, quality_report, holos_hdf5, ceres_episode, egosmith_shards",
+        ", ".join(PER_CAPTURE_ASSETS),
+    )
+    assert main(argv) == 2
+    assert _one_line_error(capsys) == expected
+    assert _backfills(instance_home) == 0
+
+
+def test_a_registered_capture_is_launched_and_located(instance_home, capsys):
+    assert main(["backfill", "--captures", "cap-known", "--assets", "trajectory"]) == 0
+    assert (
+        capsys.readouterr().out.splitlines()[-1].startswith("1 backfills, 1 captures, trajectory")
+    )
+    assert _backfills(instance_home) == 1
+    assert main(["where", "cap-known"]) == 0
+    assert "cap-known: set 0  partitions captures" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["no-such-capture", "longest_gap_s"],
+            "error: no capture 'no-such-capture' under {data} (no landing folder, raw copy, "
+            "trajectory or quality report)",
+        ),
+        (["cap-1", "bogus_metric"], "error: no quality metric 'bogus_metric'; metrics: {metrics}"),
+        (
+            ["cap-1", "hand:left/bogus"],
+            "error: no quality metric 'hand:left/bogus'; metrics: {metrics}",
+        ),
+        (["../etc", "longest_gap_s"], None),
+    ],
+)
+def test_waive_refuses_unknown_captures_and_metrics_and_writes_nothing(
+    tmp_path, capsys, args, expected
+):
+    from ego_assets.quality.thresholds import default_thresholds
+    from ego_assets.quality.waivers import WAIVERS_FILE
+
+    data = tmp_path / "data"
+    (data / "raw" / "cap-1").mkdir(parents=True)
+    argv = ["waive", *args, "--reason", "x", "--by", "me", "--data", str(data)]
+    assert main(argv) == 2
+    error = _one_line_error(capsys)
+    if expected is not None:
+        metrics = ", ".join(m.name for m in default_thresholds().metrics)
+        assert error == expected.format(data=data, metrics=metrics)
+    assert not (data / WAIVERS_FILE).exists()
+    # a known capture and metric (with a scope) is waived
+    assert (
+        main(
+            [
+                "waive",
+                "cap-1",
+                "stream:head/longest_gap_s",
+                "--reason",
+                "x",
+                "--by",
+                "me",
+                "--data",
+                str(data),
+            ]
+        )
+        == 0
+    )
+    assert json.loads((data / WAIVERS_FILE).read_text())["waivers"][0]["metric"] == (
+        "stream:head/longest_gap_s"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["backfill", "--all"],
+        ["backfill", "--captures", "cap-1"],
+        ["where", "cap-1"],
+        ["partitions", "migrate", "--sets", "2"],
+        ["serve", "--port", "1"],
+    ],
+)
+@pytest.mark.parametrize("home", [None, "relative/home"])
+def test_commands_without_their_instance_say_so_in_one_line(
+    tmp_path, monkeypatch, capsys, argv, home
+):
+    monkeypatch.chdir(tmp_path)
+    if home is None:
+        monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    else:
+        monkeypatch.setenv("DAGSTER_HOME", home)
+    assert main(argv) == 2
+    error = _one_line_error(capsys)
+    assert error.startswith("error: no Dagster instance: ") and "DAGSTER_HOME" in error
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_command_has_a_help_description():
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    described = {
+        name: (command.description or "").strip()
+        for name, command in commands.items()
+        if name != "partitions"
+    }
+    assert {n for n, d in described.items() if len(d) < 40} == set()
+    for name in ("demo", "waive", "validate", "catalog", "serve"):
+        assert described[name] != commands[name].format_usage()
+
+
+def test_hash_token_prints_the_api_toml_entry(capsys):
+    import hashlib
+    import tomllib
+
+    assert main(["serve", "--hash-token", "s3cret", "--token-id", "holos-ci"]) == 0
+    out = capsys.readouterr().out
+    digest = hashlib.sha256(b"s3cret").hexdigest()
+    assert out == f'holos-ci = "sha256:{digest}"\n'
+    assert tomllib.loads(out) == {"holos-ci": f"sha256:{digest}"}

@@ -19,12 +19,36 @@ def test_nothing_outside_defs_imports_dagster():
     offenders = []
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE).as_posix()
-        # defs/ wires the library into Dagster; api/ is the export API, a client of the
-        # Dagster instance (runs by tag, launches through GraphQL, S3Resource presigning)
-        if rel.startswith(("defs/", "api/")) or rel == "definitions.py":
+        # defs/ wires the library into Dagster; the API and the CLI reach it through
+        # dagster_client.py; private Dagster names live in dagster_compat.py only
+        if rel.startswith("defs/") or rel in DAGSTER_MODULES:
             continue
-        if {"dagster", "dagster_aws"} & _imports(path):
+        if any(name.startswith("dagster") for name in _imports(path)):
             offenders.append(rel)
+    assert offenders == []
+
+
+DAGSTER_MODULES = ("definitions.py", "dagster_client.py", "dagster_compat.py")
+
+
+def test_the_api_and_the_cli_reach_dagster_only_through_the_client():
+    modules = [*PACKAGE.joinpath("api").rglob("*.py"), PACKAGE / "cli.py"]
+    offenders = {
+        path.relative_to(PACKAGE).as_posix(): sorted(
+            m for m in _full_imports(path) if m.startswith(("ego_assets.defs", "dagster"))
+        )
+        for path in modules
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_private_dagster_names_are_used_only_in_dagster_compat():
+    offenders = []
+    for path in [*PACKAGE.rglob("*.py")]:
+        if path.name == "dagster_compat.py":
+            continue
+        if any(m.startswith("dagster._") or ".dagster._" in m for m in _full_imports(path)):
+            offenders.append(path.relative_to(PACKAGE).as_posix())
     assert offenders == []
 
 

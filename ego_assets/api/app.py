@@ -177,19 +177,21 @@ class _Supervised:
 def service_from_env(dagster_url: str | None) -> ExportService:
     """The export service over ``DAGSTER_HOME`` and ``EGO_DATA_DIR`` (launching through
     the webserver at ``dagster_url``; None: a service that only reads)."""
-    import dagster as dg
+    from ego_assets.dagster_client import (
+        GraphQLLauncher,
+        exporter_code_versions,
+        instance_from_env,
+    )
+    from ego_assets.storage import Storage
 
-    from ego_assets.api.service import GraphQLLauncher
-    from ego_assets.defs.exports import exporter_code_versions
-    from ego_assets.defs.resources import StorageResource
-
-    storage = StorageResource(
-        root=os.environ.get("EGO_DATA_DIR", "data"),
+    endpoint = (os.environ.get("EGO_S3_ENDPOINT_URL") or "").strip()
+    storage = Storage(
+        os.environ.get("EGO_DATA_DIR", "data"),
         landing=os.environ.get("EGO_LANDING_DIR") or None,
-        endpoint_url=os.environ.get("EGO_S3_ENDPOINT_URL") or None,
-    ).get_storage()
+        storage_options={"endpoint_url": endpoint} if endpoint else {},
+    )
     service = ExportService(
-        instance=dg.DagsterInstance.get(),
+        instance=instance_from_env(),
         storage=storage,
         launcher=GraphQLLauncher(dagster_url) if dagster_url else None,
         code_versions=exporter_code_versions(),

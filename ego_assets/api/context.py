@@ -20,7 +20,7 @@ from ego_assets.api.links import LinkSigner, Presigner, is_file
 from ego_assets.api.service import ExportService, ExportState
 from ego_assets.api.snapshot import ServedStates
 from ego_assets.catalog.receipts import ExportReceipt
-from ego_assets.defs.exports import ExportTarget, export_target
+from ego_assets.dagster_client import ExportTarget, export_target
 from ego_assets.errors import CaptureKeyError
 
 SESSION_COOKIE = "ego_session"

@@ -61,13 +61,14 @@ def is_file(receipt: ExportReceipt) -> bool:
 
 
 class Presigner:
-    """Presigned S3 URLs through dagster-aws's `S3Resource` (client made once)."""
+    """Presigned S3 URLs through a boto3 S3 client (made once; credentials and region
+    from the usual AWS chain)."""
 
     def __init__(self, storage: Storage, ttl_s: int) -> None:
-        from dagster_aws.s3 import S3Resource
+        import boto3
 
         endpoint = storage.storage_options.get("endpoint_url") or None
-        self._client: Any = S3Resource(endpoint_url=endpoint).get_client()
+        self._client: Any = boto3.session.Session().client("s3", endpoint_url=endpoint)
         self._storage = storage
         self._ttl_s = ttl_s
 

@@ -10,7 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ego_assets.api.config import Caller
 from ego_assets.api.context import ApiContext
-from ego_assets.defs.exports import ExportTarget, export_target
+from ego_assets.dagster_client import ExportTarget, export_target
 from ego_assets.errors import CaptureKeyError
 from ego_assets.exports import registry
 

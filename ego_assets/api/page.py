@@ -18,7 +18,7 @@ from typing import Any
 from ego_assets.api.config import ApiConfig, Caller
 from ego_assets.api.snapshot import ServedStates
 from ego_assets.catalog.receipts import ExportReceipt
-from ego_assets.defs.exports import export_target
+from ego_assets.dagster_client import export_target
 from ego_assets.exports import registry
 from ego_assets.pipeline import stored_gate
 from ego_assets.trajectory.store import CAPTURE_JSON

@@ -34,25 +34,27 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import dagster as dg
-from dagster._core.storage.dagster_run import DagsterRunStatus, RunRecord, RunsFilter
-
 from ego_assets.catalog.receipts import ExportReceipt, read_receipt
-from ego_assets.defs.exports import (
+from ego_assets.dagster_client import (
     EXPORT_TAG,
     PARTITION_TAG,
     PHASE_TAG,
     PROGRESS_TAG,
+    DagsterInstance,
     ExportTarget,
+    RunInfo,
+    capture_page,
+    has_capture,
+    instance_lock,
+    latest_run,
+    run_failure,
 )
-from ego_assets.defs.partitions import all_sets, page_captures, partition_for_capture
 from ego_assets.exports import registry
 from ego_assets.pipeline import expected_gate_version, quality_version, stored_gate
 from ego_assets.quality.gate import ExportBlockedError, require_gate
@@ -60,9 +62,6 @@ from ego_assets.storage import Storage
 
 log = logging.getLogger(__name__)
 
-QUEUED = {DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING}
-RUNNING = {DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING, DagsterRunStatus.MANAGED}
-FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 WAITING_PHASE = "waiting for a worker"
 PREPARING_PHASE = "preparing"
 
@@ -71,32 +70,6 @@ class Launcher(Protocol):
     """Starts an export run: returns its run id."""
 
     def launch(self, target: ExportTarget, run_config: dict[str, Any]) -> str: ...
-
-
-class GraphQLLauncher:
-    """Launches runs through the Dagster webserver's GraphQL API (the run coordinator
-    queues them, the UI lists them)."""
-
-    def __init__(self, url: str) -> None:
-        from urllib.parse import urlparse
-
-        from dagster_graphql import DagsterGraphQLClient
-
-        parsed = urlparse(url if "://" in url else f"http://{url}")
-        self._client = DagsterGraphQLClient(
-            parsed.hostname or "127.0.0.1",
-            port_number=parsed.port,
-            use_https=parsed.scheme == "https",
-            path_prefix=parsed.path.rstrip("/").removesuffix("/graphql"),
-            timeout=60,
-        )
-
-    def launch(self, target: ExportTarget, run_config: dict[str, Any]) -> str:
-        return self._client.submit_job_execution(
-            target.job_name,
-            run_config=run_config,
-            tags={PARTITION_TAG: target.partition_key, EXPORT_TAG: target.format},
-        )
 
 
 @dataclass
@@ -157,7 +130,7 @@ class ExportService:
     `SnapshotStore.ask_lock` holds across processes).
     """
 
-    instance: dg.DagsterInstance
+    instance: DagsterInstance
     storage: Storage
     launcher: Launcher | None
     code_versions: Mapping[str, str]
@@ -187,66 +160,45 @@ class ExportService:
         """Whether the capture is a partition (a yes is remembered: captures stay)."""
         if capture_id in self._known:
             return True
-        where = partition_for_capture(capture_id)  # the capture's set (EGO_CAPTURE_SETS)
-        found = self.instance.has_dynamic_partition(where.partitions_name, capture_id)
+        found = has_capture(self.instance, capture_id)  # in its set (EGO_CAPTURE_SETS)
         if found:
             self._known.add(capture_id)
         return found
 
     def capture_page(self, after: str | None, limit: int) -> tuple[list[str], str | None]:
-        """One page of registered captures after cursor ``after`` and the next cursor.
-
-        The captures of every partition set, set after set (a page holds one set's:
-        `page_captures`); the cursor is ``<set index>:<the set's cursor>``. Raises
-        ValueError for a cursor that is not one.
-        """
-        sets = all_sets()
-        index, inner = 0, None
-        if after:
-            head, sep, rest = after.partition(":")
-            if not (sep and head.isdigit() and int(head) < len(sets)):
-                raise ValueError(f"not a captures page cursor: {after!r}")
-            index, inner = int(head), rest or None
-        keys, next_inner = page_captures(self.instance, inner, limit, sets[index])
-        if next_inner is not None:
-            return keys, f"{index}:{next_inner}"
-        return keys, f"{index + 1}:" if index + 1 < len(sets) else None
+        """One page of registered captures after cursor ``after`` and the next cursor
+        (`ego_assets.dagster_client.capture_page`)."""
+        return capture_page(self.instance, after, limit)
 
     # -- reading ------------------------------------------------------------------------
 
-    def _latest_run(self, target: ExportTarget) -> RunRecord | None:
-        records = self.instance.get_run_records(
-            filters=RunsFilter(
-                tags={PARTITION_TAG: target.partition_key, EXPORT_TAG: target.format}
-            ),
-            limit=1,
+    def _latest_run(self, target: ExportTarget) -> RunInfo | None:
+        return latest_run(
+            self.instance, {PARTITION_TAG: target.partition_key, EXPORT_TAG: target.format}
         )
-        return records[0] if records else None
 
     def read(self, target: ExportTarget) -> ExportState:
         """The export's state now (the run storage and the storage, no cache)."""
-        record = self._latest_run(target)
+        run = self._latest_run(target)
         receipt = read_receipt(self.storage, target.format, target.partition_key)
         artifact = self._artifact(receipt) if receipt is not None else None
         state = ExportState(target.capture_id, target.format, "none", artifact=artifact)
-        if record is None:
+        if run is None:
             state.status = "ready" if artifact else "none"
             return state
-        run = record.dagster_run
         state.run_id = run.run_id
-        if run.status in QUEUED:
+        if run.queued:
             state.status, state.phase = "queued", WAITING_PHASE
             return state
-        if run.status in RUNNING:
+        if run.running:
             state.status = "in_progress"
             state.progress = float(run.tags.get(PROGRESS_TAG, 0.0))
             state.phase = run.tags.get(PHASE_TAG, PREPARING_PHASE)
             return state
-        created = record.create_timestamp.timestamp()
-        written_since = receipt is not None and _epoch(receipt.exported_at) >= created
-        if run.status in FAILED and not written_since:
+        written_since = receipt is not None and _epoch(receipt.exported_at) >= run.created
+        if run.failed and not written_since:
             state.status = "failed"
-            state.error = self._run_error(run.run_id, run.status)
+            state.error = self._run_error(run)
             return state
         # finished: the artefact it wrote or found current; or why there is none
         state.progress = 1.0
@@ -291,27 +243,12 @@ class ExportService:
                 return f"capture {key}: not exported: {summary.reason}"
         return f"capture {key}: the export run finished without writing a current export"
 
-    def _run_error(self, run_id: str, status: DagsterRunStatus) -> str:
-        if run_id in self._errors:
-            return self._errors[run_id]
-        message = "the export run was cancelled" if status == DagsterRunStatus.CANCELED else ""
-        records = self.instance.all_logs(
-            run_id, of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE}
-        )
-        for entry in records:
-            event = entry.dagster_event
-            if event is None:
-                continue
-            data = event.event_specific_data
-            error = getattr(data, "error", None)
-            if error is not None and getattr(error, "message", None):
-                step = f"step {event.step_key}: " if event.step_key else ""
-                message = step + error.message.strip()
-                break
-            if not message and event.message:
-                message = event.message
-        self._errors[run_id] = message or f"export run {run_id} failed"
-        return self._errors[run_id]
+    def _run_error(self, run: RunInfo) -> str:
+        if run.run_id not in self._errors:
+            cancelled = "the export run was cancelled" if run.canceled else ""
+            message = run_failure(self.instance, run.run_id) or cancelled
+            self._errors[run.run_id] = message or f"export run {run.run_id} failed"
+        return self._errors[run.run_id]
 
     # -- asking -------------------------------------------------------------------------
 
@@ -350,28 +287,6 @@ class ExportService:
 
         notes = stored_notes(self.storage, target.partition_key) or {}
         return bool(notes.get("decode_frames", False)) == bool(options.get("decode_frames"))
-
-
-@contextlib.contextmanager
-def instance_lock(instance: dg.DagsterInstance, name: str) -> Iterator[None]:
-    """A Postgres advisory lock named ``name`` held in the block, on its own connection to
-    the instance's run storage (released with it, also when this process dies); nothing
-    on an instance that is not on Postgres."""
-    storage = instance.run_storage
-    engine = getattr(storage, "_engine", None)
-    if engine is None or engine.dialect.name != "postgresql":
-        yield
-        return
-    from sqlalchemy import text
-
-    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
-    lock_id = int.from_bytes(digest, "big", signed=True)
-    with storage.connect() as conn:  # type: ignore[attr-defined]
-        conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": lock_id})
-        try:
-            yield
-        finally:
-            conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": lock_id})
 
 
 def _epoch(iso: str) -> float:

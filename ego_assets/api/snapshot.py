@@ -45,7 +45,13 @@ from typing import Any
 
 from ego_assets.api.service import Artifact, ExportService, ExportState
 from ego_assets.catalog.receipts import ExportReceipt
-from ego_assets.defs.exports import EXPORT_TAG, PARTITION_TAG, ExportTarget, export_target
+from ego_assets.dagster_client import (
+    EXPORT_TAG,
+    PARTITION_TAG,
+    ExportTarget,
+    export_target,
+    runs_updated_since,
+)
 from ego_assets.storage import exclusive_lock
 
 log = logging.getLogger(__name__)
@@ -271,23 +277,13 @@ class Refresher:
 
     def _changed_runs(self) -> list[ExportTarget]:
         """Watched exports whose latest run may have changed since the last call."""
-        import datetime as dt
-
-        from dagster._core.storage.dagster_run import RunsFilter
-
         now = time.time()
         since = (self._cursor if self._cursor is not None else now) - CURSOR_OVERLAP_S
-        records = self.service.instance.get_run_records(
-            filters=RunsFilter(updated_after=dt.datetime.fromtimestamp(since, dt.UTC)),
-            order_by="update_timestamp",
-            ascending=True,
-        )
         targets: dict[tuple[str, str], ExportTarget] = {}
         newest = self._cursor or now
-        for record in records:
-            updated = record.update_timestamp.timestamp()
+        for run in runs_updated_since(self.service.instance, since):
+            updated = run.updated
             newest = max(newest, updated)
-            run = record.dagster_run
             if self._seen.get(run.run_id) == updated:
                 continue
             self._seen[run.run_id] = updated

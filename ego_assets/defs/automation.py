@@ -36,9 +36,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
-from dagster._core.definitions.events import AssetKeyPartitionKey
 
+from ego_assets.dagster_compat import asset_partitions_run_request
 from ego_assets.defs.partitions import (
     SET0,
     CaptureSet,
@@ -149,7 +148,7 @@ def _stale_code_sensor(
             # pages restart from the first capture if the same asset is bumped again
             pending[asset] = {"seen_before": state["mark"], "after": None}
             context.log.info(f"{asset}: code version {state['versions'][asset]} -> {version}")
-    requested: set[AssetKeyPartitionKey] = set()
+    requested: set[tuple[dg.AssetKey, str]] = set()
     for asset in list(pending)[:STALE_PAGES_PER_TICK]:
         page = pending[asset]
         key = dg.AssetKey.from_user_string(asset)
@@ -157,7 +156,7 @@ def _stale_code_sensor(
         assert capture_set is not None  # targets are per-capture assets only
         keys, after = page_captures(instance, page["after"], capture_set=capture_set)
         stale = stale_partitions(instance, graph, key, keys, page["seen_before"])
-        requested.update(AssetKeyPartitionKey(key, k) for k in stale)
+        requested.update((key, k) for k in stale)
         context.log.info(f"{asset}: {len(stale)} of {len(keys)} captures in this page stale")
         if after is None:
             del pending[asset]
@@ -166,9 +165,8 @@ def _stale_code_sensor(
     cursor = _cursor(versions, mark, pending)
     if not requested:
         return dg.SensorResult(skip_reason="no stale captures", cursor=cursor)
-    subset = AssetGraphSubset.from_asset_partition_set(requested, graph)
     return dg.SensorResult(
-        run_requests=[dg.RunRequest.for_asset_graph_subset(subset, tags={})], cursor=cursor
+        run_requests=[asset_partitions_run_request(graph, requested, tags={})], cursor=cursor
     )
 
 

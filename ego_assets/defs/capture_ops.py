@@ -17,10 +17,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
-from dagster._core.execution.backfill import PartitionBackfill
-from dagster._core.utils import make_new_backfill_id
 
 from ego_assets.capture_sets import PER_CAPTURE_ASSETS
+from ego_assets.dagster_compat import launch_asset_backfill
 from ego_assets.defs.partitions import (
     PAGE_SIZE,
     CaptureSet,
@@ -71,21 +70,14 @@ def launch_backfills(
     ordered = tuple(a for a in PER_CAPTURE_ASSETS if a in assets)
     launched = []
     for capture_set, keys in group_by_set(capture_keys, sets).items():
-        backfill_id = make_new_backfill_id()
-        backfill = PartitionBackfill.from_asset_partitions(
-            backfill_id=backfill_id,
-            asset_graph=asset_graph,  # type: ignore[arg-type]
-            partition_names=keys,
-            asset_selection=[capture_set.key(a) for a in ordered],
-            backfill_timestamp=time.time(),
+        backfill_id = launch_asset_backfill(
+            instance,
+            asset_graph,
+            keys,
+            [capture_set.key(a) for a in ordered],
             tags={BACKFILL_TAG: "cli"},
-            dynamic_partitions_store=instance,
-            all_partitions=False,
             title=title or f"{len(keys)} captures of {capture_set.partitions_name}",
-            description=None,
-            run_config=None,
         )
-        instance.add_backfill(backfill)
         launched.append(SetBackfill(capture_set, backfill_id, len(keys), ordered))
     return launched
 
@@ -255,21 +247,21 @@ def asset_graph(sets: int) -> object:
 
 
 def backfill_command(
+    instance: dg.DagsterInstance,
     capture_keys: Sequence[str] | None,
     assets: Sequence[str],
     sets: int | None,
     out: Callable[[str], None],
 ) -> int:
-    """``ego-assets backfill``: one backfill per set on the instance of ``DAGSTER_HOME``."""
+    """``ego-assets backfill``: one backfill per set on ``instance``."""
     from ego_assets.defs.partitions import resolve_sets
 
     n = resolve_sets(sets)
     graph = asset_graph(n)
-    with dg.DagsterInstance.get() as instance:
-        keys = list(capture_keys) if capture_keys is not None else all_captures(instance, n)
-        started = time.monotonic()
-        launched = launch_backfills(instance, graph, keys, assets, n)
-        elapsed = time.monotonic() - started
+    keys = list(capture_keys) if capture_keys is not None else all_captures(instance, n)
+    started = time.monotonic()
+    launched = launch_backfills(instance, graph, keys, assets, n)
+    elapsed = time.monotonic() - started
     for b in launched:
         out(f"{b.backfill_id}  {b.capture_set.partitions_name:<14} {b.captures:>8} captures")
     total = sum(b.captures for b in launched)
@@ -279,13 +271,16 @@ def backfill_command(
 
 
 def migrate_command(
-    sets: int, current_sets: int | None, apply: bool, out: Callable[[str], None]
+    instance: dg.DagsterInstance,
+    sets: int,
+    current_sets: int | None,
+    apply: bool,
+    out: Callable[[str], None],
 ) -> int:
-    """``ego-assets partitions migrate``: on the instance of ``DAGSTER_HOME``."""
+    """``ego-assets partitions migrate`` on ``instance``."""
     from ego_assets.defs.partitions import resolve_sets
 
-    with dg.DagsterInstance.get() as instance:
-        report = migrate(instance, sets, resolve_sets(current_sets), apply=apply, progress=out)
+    report = migrate(instance, sets, resolve_sets(current_sets), apply=apply, progress=out)
     for line in report.lines():
         out(line)
     return 0

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TextIO
 
 import dagster as dg
-from dagster._core.instance.ref import InstanceRef
 from tqdm import tqdm
 
 from ego_assets.capture.manifest import write_marker
@@ -35,6 +34,7 @@ from ego_assets.catalog.cli import run_catalog
 from ego_assets.catalog.receipts import read_receipt
 from ego_assets.catalog.warehouse import published_location
 from ego_assets.ceres_export import dataset_location as ceres_dataset_location
+from ego_assets.dagster_compat import instance_at
 from ego_assets.definitions import build_defs
 from ego_assets.defs.egosmith import egosmith_rows
 from ego_assets.defs.partitions import CAPTURE_JOB, all_sets
@@ -102,7 +102,7 @@ def open_instance(data_dir: Path) -> dg.DagsterInstance:
     """The persistent local instance: $DAGSTER_HOME, else ``<data>/.dagster_home``."""
     home = Path(os.environ.get("DAGSTER_HOME") or data_dir / ".dagster_home")
     home.mkdir(parents=True, exist_ok=True)
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    return instance_at(str(home))
 
 
 def _first_line(text: str) -> str:

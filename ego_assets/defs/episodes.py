@@ -34,6 +34,7 @@ from typing import Any
 
 import dagster as dg
 
+from ego_assets.dagster_compat import add_partition_metadata
 from ego_assets.pipeline import StepResult
 from ego_assets.quality.gate import ExportBlockedError
 
@@ -143,28 +144,6 @@ def _output_optional(context: dg.AssetExecutionContext) -> bool:
     """Whether the asset was declared with ``output_required=False``."""
     name = context.assets_def.get_output_name_for_asset_key(context.asset_key)
     return not context.op_def.output_def_named(name).is_required
-
-
-def add_partition_metadata(
-    context: dg.AssetExecutionContext, partition_key: str, metadata: dict[str, Any]
-) -> None:
-    """``context.add_asset_metadata(metadata, partition_key=...)`` without its per-call check.
-
-    The public call re-reads every key of the dynamic partitions definition from the
-    instance to check that ``partition_key`` is in the run (a query per call, several ms
-    here and growing with the number of captures); the keys here come from
-    ``context.partition_keys`` so the check is redundant. Uses the step context's metadata
-    accumulator, which the public call updates the same way; if a Dagster upgrade moves it,
-    the public call is used.
-    """
-    step = getattr(context.op_execution_context, "_step_execution_context", None)
-    accumulator = getattr(step, "_metadata_accumulator", None)
-    if accumulator is None or not hasattr(accumulator, "with_additional_asset_metadata"):
-        context.add_asset_metadata(metadata, partition_key=partition_key)
-        return
-    step._metadata_accumulator = accumulator.with_additional_asset_metadata(  # type: ignore[union-attr]
-        asset_key=context.asset_key, partition_key=partition_key, metadata=metadata
-    )
 
 
 def materialize_each(

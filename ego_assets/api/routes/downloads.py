@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from ego_assets.api.context import Context
 from ego_assets.api.links import artefact_name, is_file
 from ego_assets.catalog.receipts import ExportReceipt, read_receipt
-from ego_assets.defs.exports import export_target
+from ego_assets.dagster_client import export_target
 from ego_assets.errors import CaptureKeyError
 from ego_assets.storage import Storage, is_local
 

@@ -1,0 +1,226 @@
+"""Every private Dagster name the platform uses, in one place (Dagster 1.13.27).
+
+Private means an underscore name: a ``dagster._core`` module, or an underscore attribute
+of a Dagster object. Nothing else in ``ego_assets`` touches one; each use below is listed
+in `PRIVATE_NAMES` with what it must accept, and ``ego_assets_tests/test_dagster_compat.py``
+checks every entry and exercises every function, so a Dagster upgrade that moves or
+changes one fails there, naming the name and the function to update, instead of in a run.
+
+Public Dagster calls stay where they are used (``defs/``, `ego_assets.dagster_client`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+from dagster._core.definitions.events import AssetKeyPartitionKey
+from dagster._core.execution.backfill import PartitionBackfill
+from dagster._core.instance.ref import InstanceRef
+from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
+from dagster._core.storage.tags import PARTITION_NAME_TAG, PARTITION_SET_TAG
+from dagster._core.utils import make_new_backfill_id
+
+__all__ = [
+    "PARTITION_NAME_TAG",
+    "PARTITION_SET_TAG",
+    "PRIVATE_NAMES",
+    "CheckRunHealthResult",
+    "WorkerStatus",
+    "add_partition_metadata",
+    "asset_partitions_run_request",
+    "insert_dynamic_partitions_postgres",
+    "instance_at",
+    "launch_asset_backfill",
+    "launcher_instance",
+    "postgres_run_storage_connection",
+]
+
+# (private name, the parameters or attributes the platform relies on, which function here
+# uses it). `test_dagster_compat` imports each name and checks those.
+PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "dagster._core.execution.backfill.PartitionBackfill.from_asset_partitions",
+        (
+            "backfill_id",
+            "asset_graph",
+            "partition_names",
+            "asset_selection",
+            "backfill_timestamp",
+            "tags",
+            "dynamic_partitions_store",
+            "all_partitions",
+            "title",
+            "description",
+            "run_config",
+        ),
+        "launch_asset_backfill",
+    ),
+    ("dagster._core.utils.make_new_backfill_id", (), "launch_asset_backfill"),
+    (
+        "dagster._core.definitions.assets.graph.asset_graph_subset.AssetGraphSubset"
+        ".from_asset_partition_set",
+        ("asset_partitions_set", "asset_graph"),
+        "asset_partitions_run_request",
+    ),
+    (
+        "dagster._core.definitions.events.AssetKeyPartitionKey",
+        ("asset_key", "partition_key"),
+        "asset_partitions_run_request",
+    ),
+    (
+        "dagster.RunRequest.for_asset_graph_subset",
+        ("asset_graph_subset", "tags"),
+        "asset_partitions_run_request",
+    ),
+    ("dagster._core.instance.ref.InstanceRef.from_dir", ("base_dir",), "instance_at"),
+    ("dagster._core.launcher.CheckRunHealthResult", ("status", "msg"), "(re-export)"),
+    ("dagster._core.launcher.WorkerStatus", ("RUNNING", "FAILED", "UNKNOWN"), "(re-export)"),
+    ("dagster._core.storage.tags.PARTITION_NAME_TAG", (), "(re-export)"),
+    ("dagster._core.storage.tags.PARTITION_SET_TAG", (), "(re-export)"),
+    (
+        "dagster._core.storage.event_log.schema.DynamicPartitionsTable",
+        ("c.partitions_def_name", "c.partition"),
+        "insert_dynamic_partitions_postgres",
+    ),
+    (
+        "dagster_postgres.event_log.event_log.PostgresEventLogStorage._check_partitions_table",
+        ("self",),
+        "insert_dynamic_partitions_postgres",
+    ),
+    (
+        "dagster_postgres.run_storage.run_storage.PostgresRunStorage._engine",
+        (),
+        "postgres_run_storage_connection",
+    ),
+    (
+        "dagster._core.instance.types.MayHaveInstanceWeakref._instance",
+        (),
+        "launcher_instance",
+    ),
+    (
+        "dagster._core.execution.context.compute.OpExecutionContext._step_execution_context",
+        (),
+        "add_partition_metadata",
+    ),
+    (
+        "dagster._core.execution.context.system.StepExecutionContext._metadata_accumulator",
+        (),
+        "add_partition_metadata",
+    ),
+)
+
+
+def instance_at(home: str) -> dg.DagsterInstance:
+    """The instance whose ``dagster.yaml`` (or none: SQLite defaults) is in folder ``home``
+    (what `DagsterInstance.get` opens for ``$DAGSTER_HOME``, for any folder)."""
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(home))
+
+
+def launch_asset_backfill(
+    instance: dg.DagsterInstance,
+    asset_graph: Any,
+    partition_keys: Sequence[str],
+    asset_keys: Sequence[dg.AssetKey],
+    tags: Mapping[str, str],
+    title: str,
+) -> str:
+    """Add an asset backfill of ``asset_keys`` x ``partition_keys`` (what the UI's "Launch
+    backfill" does; the backfill daemon runs it); returns its id."""
+    backfill_id = make_new_backfill_id()
+    backfill = PartitionBackfill.from_asset_partitions(
+        backfill_id=backfill_id,
+        asset_graph=asset_graph,
+        partition_names=list(partition_keys),
+        asset_selection=list(asset_keys),
+        backfill_timestamp=time.time(),
+        tags=dict(tags),
+        dynamic_partitions_store=instance,
+        all_partitions=False,
+        title=title,
+        description=None,
+        run_config=None,
+    )
+    instance.add_backfill(backfill)
+    return backfill_id
+
+
+def asset_partitions_run_request(
+    asset_graph: Any, partitions: Iterable[tuple[dg.AssetKey, str]], tags: Mapping[str, str]
+) -> dg.RunRequest:
+    """One run request for these (asset, partition) pairs; from a sensor, the daemon turns
+    it into an asset backfill split by the assets' backfill policies."""
+    requested = {AssetKeyPartitionKey(key, partition) for key, partition in partitions}
+    subset = AssetGraphSubset.from_asset_partition_set(requested, asset_graph)
+    return dg.RunRequest.for_asset_graph_subset(subset, tags=dict(tags))
+
+
+def insert_dynamic_partitions_postgres(
+    instance: dg.DagsterInstance, rows: Sequence[tuple[str, str]]
+) -> bool:
+    """Insert (partitions definition name, partition key) rows of any number of dynamic
+    partitions definitions in one ``INSERT ... ON CONFLICT DO NOTHING`` on a Postgres
+    instance; False (nothing done) on any other storage.
+
+    The statement is the one ``PostgresEventLogStorage.add_dynamic_partitions`` sends for
+    one definition, preceded by the same table check.
+    """
+    try:
+        from dagster._core.storage.event_log.schema import DynamicPartitionsTable
+        from dagster_postgres.event_log.event_log import PostgresEventLogStorage
+        from sqlalchemy.dialects import postgresql
+    except ImportError:
+        return False
+    storage = instance.event_log_storage
+    if not isinstance(storage, PostgresEventLogStorage):
+        return False
+    values = [{"partitions_def_name": name, "partition": key} for name, key in rows]
+    storage._check_partitions_table()
+    with storage.index_connection() as conn:
+        conn.execute(
+            postgresql.insert(DynamicPartitionsTable).values(values).on_conflict_do_nothing()
+        )
+    return True
+
+
+def postgres_run_storage_connection(
+    instance: dg.DagsterInstance,
+) -> contextlib.AbstractContextManager[Any] | None:
+    """A new SQLAlchemy connection to the instance's run storage when it is on Postgres
+    (closed with the block, also when the process dies); None on any other storage."""
+    storage = instance.run_storage
+    engine = getattr(storage, "_engine", None)
+    if engine is None or engine.dialect.name != "postgresql":
+        return None
+    return storage.connect()  # type: ignore[attr-defined]
+
+
+def add_partition_metadata(
+    context: dg.AssetExecutionContext, partition_key: str, metadata: Mapping[str, Any]
+) -> None:
+    """``context.add_asset_metadata(metadata, partition_key=...)`` without its per-call check.
+
+    The public call re-reads every key of the dynamic partitions definition from the
+    instance to check that ``partition_key`` is in the run (a query per call, several ms
+    and growing with the number of captures); callers pass keys from
+    ``context.partition_keys``, so the check is redundant. This updates the step context's
+    metadata accumulator the way the public call does; if an upgrade moves it, the public
+    call is used (slower, same result).
+    """
+    step = getattr(context.op_execution_context, "_step_execution_context", None)
+    accumulator = getattr(step, "_metadata_accumulator", None)
+    if accumulator is None or not hasattr(accumulator, "with_additional_asset_metadata"):
+        context.add_asset_metadata(dict(metadata), partition_key=partition_key)
+        return
+    step._metadata_accumulator = accumulator.with_additional_asset_metadata(  # type: ignore[union-attr]
+        asset_key=context.asset_key, partition_key=partition_key, metadata=dict(metadata)
+    )
+
+
+def launcher_instance(launcher: Any) -> dg.DagsterInstance:
+    """The instance a run launcher (or any instance-bound Dagster object) belongs to."""
+    return launcher._instance
