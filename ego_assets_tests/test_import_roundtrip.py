@@ -350,3 +350,16 @@ def test_egosmith_round_trip_keeps_wrists_tips_camera_and_frames(sources, tmp_pa
     for a, b in zip(before, after, strict=True):
         assert a.shape == b.shape
         assert np.abs(a.astype(int) - b.astype(int)).mean() < 4.0  # JPEG quality 90
+
+
+def test_holos_hdf5_round_trip_keeps_a_depth_map_file(tmp_path):
+    raw = synthesize("mano-video", tmp_path / "d", seconds=SECONDS, seed=4, depth=True)
+    original = read_capture("d", raw)
+    h5 = tmp_path / "src" / "d.h5"
+    h5.parent.mkdir()
+    write_holos_hdf5(original, raw, h5)
+    imported, folder = import_one("holos-hdf5", h5.parent, tmp_path / "data")
+    depth, again = original.media_ref("depth"), imported.media_ref("depth")
+    assert (again.kind, again.unit, again.path) == ("depth", "m", "media/depth.npz")
+    assert (folder / again.path).read_bytes() == (raw / depth.path).read_bytes()
+    assert again.frames_stream == depth.frames_stream == "depth_frames"

@@ -67,6 +67,7 @@ MEDIA_EXTENSIONS = {
     "video/x-matroska": ".mkv",
     "audio/wav": ".wav",
     "audio/x-wav": ".wav",
+    "application/x-npz": ".npz",
 }
 ARKIT_FILE_JOINTS = 26  # the format's joint axis: arkit27 without forearmArm
 SIDES = ("left", "right")
@@ -441,6 +442,8 @@ class _Reader:
                 raise self.files.error(rel, f"{size} bytes, /media/{name} holds {ds.shape[0]}")
             a = ds.attrs
             kind = "audio" if mime.startswith("audio/") else "video"
+            if "unit" in a or mime == "application/x-npz":
+                kind = "depth"  # a depth map file (metres): `MediaRef.unit`
             out.append(
                 MediaRef(
                     role=name,
