@@ -456,13 +456,14 @@ def test_cli_view_exits_non_zero_when_the_native_viewer_cannot_open(
     display = next(n for n in range(90, 200) if not Path(f"/tmp/.X11-unix/X{n}").exists())
     monkeypatch.setenv("DISPLAY", f":{display}")  # no X server there
     monkeypatch.setenv("CI", "true")  # the rerun binary sends no usage analytics on CI
+    monkeypatch.setenv("RUST_LOG", "info")  # the viewer says where its gRPC server listens
     out = tmp_path / "native.rrd"
-    status = main(
-        ["view", str(trajectory_folder), "--out", str(out), "--grpc-port", str(free_port())]
-    )
+    port = free_port()
+    status = main(["view", str(trajectory_folder), "--out", str(out), "--grpc-port", str(port)])
     assert status not in (0, 2)
     err = capfd.readouterr().err
     assert f"the Rerun viewer exited with status {status}" in err
+    assert f"Listening for gRPC connections on 127.0.0.1:{port}" in err  # not 0.0.0.0
     assert "\x1b[" not in err  # the viewer's own lines come without colour codes
     assert_usual_mode(out)
 
