@@ -406,3 +406,21 @@ def test_every_thresholded_metric_has_a_row_in_docs_quality() -> None:
     rows = {line.split("|")[1].strip().strip("`") for line in doc.splitlines() if line[:3] == "| `"}
     missing = [m.name for m in default_thresholds().metrics if m.name not in rows]
     assert missing == []
+
+
+def test_docs_quality_gives_each_metric_the_unit_the_gate_records() -> None:
+    """The unit column of docs/quality.md is thresholds.toml's (the one gate.json and the
+    Dagster metadata carry): a count is ``1`` there, not "count"."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "quality.md").read_text()
+    units = {
+        cells[1].strip("`"): cells[3]
+        for line in doc.splitlines()
+        if line[:3] == "| `" and len(cells := [c.strip() for c in line.split("|")]) == 8
+    }
+    wrong = {
+        m.name: (units[m.name], m.unit)
+        for m in default_thresholds().metrics
+        if units.get(m.name, m.unit) != m.unit
+    }
+    assert wrong == {}
+    assert units["backwards_timestamps"] == units["teleport_count"] == "1"

@@ -98,6 +98,7 @@ def _quest_trajectory() -> Trajectory:
     return Trajectory(info, (*streams, pinch_stream))
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # no "invalid value in divide" (synth/motion)
 def test_every_plausibility_metric_is_quiet_on_the_real_quest_poses() -> None:
     report = compute_report(_quest_trajectory())
     for hand in report.hands:

@@ -61,7 +61,10 @@ def library_bone_lengths(poses: np.ndarray) -> np.ndarray:
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
-    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+    """``v`` (..., 3) scaled to length 1; NaN where it has length 0 (without a warning:
+    callers pick between candidate axes with `np.where`, so a degenerate one is dropped)."""
+    norm = np.linalg.norm(v, axis=-1, keepdims=True)
+    return np.divide(v, norm, out=np.full_like(v, np.nan, dtype=np.float64), where=norm > 0)
 
 
 def _slerp_unit(a: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
