@@ -1,6 +1,8 @@
 """Run one benchmark: ``python -m bench <name> [options]`` (``normalize``, ``quality``...).
 
-Each benchmark is a module ``bench/<name>.py`` with ``main(argv) -> int``.
+Each benchmark is a module ``bench/<name>.py`` with ``main(argv) -> int`` and
+``SMOKE_ARGS``, the tiny size at which the suite runs it once
+(ego_assets_tests/test_bench_smoke.py), so a change that breaks a bench breaks a test.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import sys
 from pathlib import Path
 
 
-def _available() -> list[str]:
+def available() -> list[str]:
+    """Every benchmark's name: the modules of this folder not starting with ``_``."""
     here = Path(__file__).parent
     return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_"))
 
 
 def main(argv: list[str]) -> int:
-    names = _available()
+    names = available()
     if not argv or argv[0] not in names:
         print(f"usage: python -m bench {{{','.join(names)}}} [--json FILE]", file=sys.stderr)
         return 2

@@ -173,6 +173,21 @@ async def _keep_exporting(
     return finished
 
 
+# The suite's smoke run (ego_assets_tests/test_bench_smoke.py): a tiny size, same code.
+SMOKE_ARGS = (
+    "--clients",
+    "4",
+    "--seconds",
+    "5",
+    "--interval",
+    "0.1",
+    "--captures",
+    "1",
+    "--workers",
+    "1",
+)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench api", description=__doc__)
     parser.add_argument("--json", type=Path, help="write the figures as JSON here")

@@ -388,6 +388,10 @@ def _table(result: dict[str, Any]) -> str:
     return name_value_table(rows)
 
 
+# The suite's smoke run (ego_assets_tests/test_bench_smoke.py): a tiny size, same code.
+SMOKE_ARGS = ("--episodes", "200", "--new", "10", "--repeats", "1", "--warmup", "0")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench catalog", description=__doc__)
     parser.add_argument("--json", type=Path)

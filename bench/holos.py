@@ -184,6 +184,10 @@ def _table(r: dict[str, Any]) -> str:
     )
 
 
+# The suite's smoke run (ego_assets_tests/test_bench_smoke.py): a tiny size, same code.
+SMOKE_ARGS = ("--seconds", "2", "--windows", "5")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench holos", description=__doc__)
     parser.add_argument("--json", type=Path, help="write the figures here")

@@ -127,6 +127,10 @@ def _table(result: dict[str, Any]) -> str:
     return name_value_table(rows)
 
 
+# The suite's smoke run (ego_assets_tests/test_bench_smoke.py): a tiny size, same code.
+SMOKE_ARGS = ("--bomb-mb", "8")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench malformed", description=__doc__)
     parser.add_argument("--json", type=Path, help="write every case's figures to this file")

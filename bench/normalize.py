@@ -317,6 +317,10 @@ def _table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The suite's smoke run (ego_assets_tests/test_bench_smoke.py): a tiny size, same code.
+SMOKE_ARGS = ("--seconds", "2", "--naive-seconds", "1", "--repeats", "1")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench normalize", description=__doc__)
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")

@@ -231,6 +231,21 @@ def _table(r: dict[str, Any]) -> str:
     return name_value_table(rows)
 
 
+# The suite's smoke run (ego_assets_tests/test_bench_smoke.py): a tiny size, same code.
+SMOKE_ARGS = (
+    "--episodes",
+    "2",
+    "--seconds",
+    "1",
+    "--single-run-episodes",
+    "1",
+    "--repeat",
+    "1",
+    "--instance",
+    "sqlite",
+)
+
+
 def main(argv: list[str]) -> int:
     from ego_assets.defs.episodes import BACKFILL_CHUNK, RUN_WORKER_ENV
 

@@ -958,6 +958,20 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The suite's smoke run (ego_assets_tests/test_bench_smoke.py): a tiny size, same code.
+SMOKE_ARGS = (
+    "--episodes",
+    "100",
+    "--repeat",
+    "1",
+    "--no-browser",
+    "--daemon-s",
+    "0",
+    "--max-automation-episodes",
+    "100",
+)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench scale", description=__doc__)
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")

@@ -88,6 +88,10 @@ def _table(r: dict[str, Any]) -> str:
     return name_value_table(rows)
 
 
+# The suite's smoke run (ego_assets_tests/test_bench_smoke.py): a tiny size, same code.
+SMOKE_ARGS = ("--seconds", "2", "--repeats", "1")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench view", description=__doc__)
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")

@@ -19,18 +19,22 @@ per capture. The landing zone should therefore be expired after ingest (the raw 
 keeps the immutable copy), e.g. with a bucket lifecycle rule.
 
 Folder names that are not valid capture keys are reported and passed over (they can
-never be partitions).
+never be partitions). A symlink in a local landing zone is passed over too: a capture
+is a folder uploaded into the zone, and a link could point anywhere. `skipped_entries`
+lists every entry passed over, with why.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ego_assets.capture.files import MARKER_FILE
-from ego_assets.keys import is_valid_capture_key
+from ego_assets.errors import CaptureKeyError
+from ego_assets.keys import is_valid_capture_key, validate_capture_key
 from ego_assets.storage import Storage, is_local
 
 GRACE_S = 60
@@ -91,6 +95,8 @@ def list_markers(storage: Storage) -> list[tuple[int, str]]:
             return []
         found = []
         for folder in root.iterdir():
+            if folder.is_symlink():  # a capture is a folder in the zone (`skipped_entries`)
+                continue
             try:
                 found.append(((folder / MARKER_FILE).stat().st_mtime_ns, folder.name))
             except (FileNotFoundError, NotADirectoryError):
@@ -134,3 +140,37 @@ def scan_landing(
     keys = tuple(name for _, name in taken if is_valid_capture_key(name))
     rejected = tuple(name for _, name in taken if not is_valid_capture_key(name))
     return LandingScan(keys, rejected, state.advance(taken, grace_ns), len(complete) - len(taken))
+
+
+def skipped_entries(storage: Storage) -> list[tuple[str, str]]:
+    """(name, why) of every landing-zone entry that is not a complete capture the sensor
+    takes, sorted by name: files, symlinks, folders without the marker (an upload in
+    progress, or one that never finished) and names that are not capture keys. On S3,
+    only the last kind (a listing shows no links, and folders are only prefixes)."""
+    landing = storage.landing
+    if not is_local(landing):
+        names = {name for _, name in list_markers(storage)}
+        return sorted((n, _key_problem(n)) for n in names if not is_valid_capture_key(n))
+    root = Path(landing.path)
+    skipped = []
+    for entry in sorted(root.iterdir()) if root.is_dir() else []:
+        if entry.is_symlink():
+            why = f"a symlink to {os.readlink(entry)}, not a folder in the landing zone"
+        elif not entry.is_dir():
+            why = "a file, not a capture folder"
+        elif not (entry / MARKER_FILE).is_file():
+            why = f"no {MARKER_FILE}: an upload in progress, or one that never finished"
+        elif not is_valid_capture_key(entry.name):
+            why = _key_problem(entry.name)
+        else:
+            continue
+        skipped.append((entry.name, why))
+    return skipped
+
+
+def _key_problem(name: str) -> str:
+    try:
+        validate_capture_key(name)
+    except CaptureKeyError as exc:
+        return f"the folder name is not a capture key: {exc}"
+    return ""

@@ -1,27 +1,85 @@
-"""`make demo` end to end on a temporary folder (short captures)."""
+"""`make demo` end to end on a temporary folder (short captures), run as a user runs it:
+the `ego-assets demo` command in its own process, so its terminal output is what a user
+sees."""
 
-import io
 import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from ego_assets.capture.manifest import CAPTURE_DIR, read_manifest
+from ego_assets.catalog.receipts import read_receipt
 from ego_assets.catalog.warehouse import catalog_database, query
-from ego_assets.defs.demo import ARIA_SAMPLE_KEY, DEMO_CAPTURES, run_demo
+from ego_assets.defs.demo import ARIA_SAMPLE_KEY, DEMO_CAPTURES
+from ego_assets.demo_report import DATA_FOLDERS, LOG_FILE
+from ego_assets.exports import registry
+from ego_assets.pipeline import stored_gate
 from ego_assets.storage import Storage
+from ego_assets.synth import synthesize
 from ego_assets.trajectory.store import read_header
 from ego_assets.viewer.recording import RECORDING_FILE
 from ego_assets_tests.test_viewer import read_back
+from ego_assets_tests.waiting import CEILING_S
+
+REPO = Path(__file__).resolve().parents[1]
+ODD_NAME = "bad capture é"  # a folder name that is no capture key
+LINKED = "linked-capture"  # a symlink to a capture folder outside the landing zone
+# What Dagster, dbt and numpy print on their own; none of it may reach the terminal.
+NOISE = (
+    "AssetObservation",
+    "Telemetry",
+    "No dagster.yaml found",
+    "get_sensor_def",
+    "UserWarning",
+    "Running with dbt",
+    "RuntimeWarning",
+)
+
+
+@dataclass
+class Demo:
+    data: Path
+    stdout: str
+    stderr: str
+    returncode: int
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """One `ego-assets demo` over a landing zone that also holds an odd folder name and
+    a symlink to a capture outside it."""
+    root = tmp_path_factory.mktemp("demo")
+    data = root / "data"
+    synthesize("webxr", data / "landing" / ODD_NAME, seconds=2.0, seed=5)
+    synthesize("webxr", root / "outside" / LINKED, seconds=2.0, seed=6, capture_id=LINKED)
+    (data / "landing" / LINKED).symlink_to(root / "outside" / LINKED)
+    elsewhere = root / "elsewhere"  # run from outside the data root's parent
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env["PYTHONPATH"] = str(REPO)
+    run = subprocess.run(
+        [sys.executable, "-m", "ego_assets.cli", "demo", "--data", str(data), "--seconds", "2"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CEILING_S,
+    )
+    return Demo(data, run.stdout, run.stderr, run.returncode)
 
 
 def _files(folder: Path) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
 
 
-def test_demo_trajectories_list_no_platform_file_as_a_capture_file(tmp_path, monkeypatch):
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    data = tmp_path / "data"
-    out = io.StringIO()
-    assert run_demo(data, seconds=1.0, out=out) == 0
+def test_demo_trajectories_list_no_platform_file_as_a_capture_file(demo: Demo) -> None:
+    data = demo.data
+    assert demo.returncode == 0, demo.stderr
     keys = [key for key, *_ in DEMO_CAPTURES] + [ARIA_SAMPLE_KEY]
     for key in keys:
         raw = data / "raw" / key
@@ -40,9 +98,9 @@ def test_demo_trajectories_list_no_platform_file_as_a_capture_file(tmp_path, mon
     lineage = json.loads((aria / "lineage.json").read_text())
     raw_manifest = read_manifest(data / "raw" / ARIA_SAMPLE_KEY)
     assert lineage["raw_content_sha256"] == raw_manifest.content_sha256
-    assert "demo-webxr-faulty" in out.getvalue()
+    assert "demo-webxr-faulty" in demo.stdout
     # the demo built the dataset catalog once and printed its tables
-    assert "export coverage" in out.getvalue()
+    assert "export coverage" in demo.stdout
     with catalog_database(Storage(data), write=False) as database:
         counts = query(database, "select count(*) n from episodes").to_pylist()
         formats = query(database, "select format from export_coverage order by 1").to_pylist()
@@ -51,3 +109,69 @@ def test_demo_trajectories_list_no_platform_file_as_a_capture_file(tmp_path, mon
     # the quality step's recording found the video in the raw copy's capture folder
     columns, _ = read_back(data / "quality" / "demo-webxr" / RECORDING_FILE)
     assert ("/world/cameras/camera_outward", "VideoFrameReference:timestamp") in columns
+
+
+def _row(stdout: str, key: str) -> list[str]:
+    """The summary table's cells for ``key`` (cells are 2+ spaces apart)."""
+    line = next(x for x in stdout.splitlines() if x.startswith(f"{key}  "))
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_the_demo_speaks_plainly(demo: Demo) -> None:
+    data, out = demo.data, demo.stdout
+    # third-party output went to the log, and the demo says where
+    log = data / LOG_FILE
+    assert f"Dagster's and dbt's own output: {log}" in out
+    for text in NOISE:
+        assert text not in out and text not in demo.stderr, text
+    assert "AssetObservation" in log.read_text()  # dbt's tests, logged there
+    # one status column, the gate's word
+    store = Storage(data)
+    for key in [k for k, *_ in DEMO_CAPTURES] + [ARIA_SAMPLE_KEY]:
+        gate = stored_gate(store, key)
+        assert gate is not None
+        cells = _row(out, key)
+        assert cells[4] == gate.status, cells
+        assert cells[5] == ("exported" if gate.passed else "blocked"), cells
+    # every reason of a blocked capture whole (wrapped, never cut), under "why"
+    why = " ".join(out[out.index("\nwhy\n") :].split())
+    for key in ("demo-webxr-faulty", ARIA_SAMPLE_KEY):
+        gate = stored_gate(store, key)
+        assert gate is not None and len(gate.reasons) > 2
+        for reason in gate.reasons:
+            assert f"blocked by {reason}" in why, reason
+    # exports with absolute paths, no stray header line
+    for fmt in registry.names():
+        receipt = read_receipt(store, fmt, "demo-webxr")
+        assert receipt is not None and f"{data / receipt.path}" in out
+    assert all(line.strip() != "egosmith" for line in out.splitlines())
+    # the closing block: where everything is, what to open, what the blocked need
+    closing = out[out.index("where everything is") :]
+    for name, _ in DATA_FOLDERS:
+        if (data / name.rstrip("/")).exists():
+            assert str(data / name.rstrip("/")) in closing, name
+    assert f"view demo-holos-iphone --web --data {data}" in closing
+    assert f"waive demo-webxr-faulty backwards_timestamps --data {data}" in closing
+    assert "serve --config api.toml" in closing and "dagster dev -w " in closing
+
+
+def test_skipped_landing_entries_are_listed_with_why(demo: Demo) -> None:
+    out = demo.stdout
+    assert _row(out, f"landing/{ODD_NAME}")[-1] == "skipped"
+    assert _row(out, f"landing/{LINKED}")[-1] == "skipped"
+    why = " ".join(out[out.index("\nwhy\n") :].split())
+    assert f"landing/{ODD_NAME} (skipped): - the folder name is not a capture key" in why
+    assert f"landing/{LINKED} (skipped): - a symlink to {demo.data.parent / 'outside'}" in why
+    # nothing of the linked folder reached the data root
+    assert not (demo.data / "raw" / LINKED).exists()
+
+
+def test_readme_where_things_land_lists_every_folder_the_demo_writes(demo: Demo) -> None:
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("## Where things land") :]
+    table = table[: table.index("\n\n", table.index("| path |"))]
+    written = {p.name for p in demo.data.iterdir()}
+    listed = {name.rstrip("/") for name, _ in DATA_FOLDERS}
+    assert written <= listed
+    for name in written:
+        assert f"`data/{name}" in table, name

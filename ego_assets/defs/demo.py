@@ -31,7 +31,6 @@ from tqdm import tqdm
 
 from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.cli import run_catalog
-from ego_assets.catalog.receipts import read_receipt
 from ego_assets.catalog.warehouse import published_location
 from ego_assets.ceres_export import dataset_location as ceres_dataset_location
 from ego_assets.dagster_compat import instance_at
@@ -39,13 +38,20 @@ from ego_assets.definitions import build_defs
 from ego_assets.defs.egosmith import egosmith_rows
 from ego_assets.defs.partitions import CAPTURE_JOB, all_sets
 from ego_assets.defs.resources import StorageResource
-from ego_assets.exports import registry
+from ego_assets.demo_report import (
+    LOG_FILE,
+    capture_status,
+    output_to_log,
+    print_captures,
+    print_closing,
+    print_exports,
+    skipped_status,
+)
 from ego_assets.fixtures import real_fixture
-from ego_assets.pipeline import stored_gate
+from ego_assets.landing import skipped_entries
 from ego_assets.quality.waivers import add_waiver, read_waivers
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
-from ego_assets.trajectory.store import read_header
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +111,6 @@ def open_instance(data_dir: Path) -> dg.DagsterInstance:
     return instance_at(str(home))
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0][:160] if text.strip() else ""
-
-
 def seed_waiver(storage: Storage) -> bool:
     """Grant `ARIA_WAIVER` on the Aria sample unless a waiver for it exists already."""
     metric, reason, by = ARIA_WAIVER
@@ -143,7 +145,11 @@ def pending_requests(
 
 
 def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> int:
-    """Run the demo; return 0 when every capture is materialized, 1 otherwise."""
+    """Run the demo; return 0 when every capture is materialized, 1 otherwise.
+
+    Dagster's and dbt's own output (banners, warnings, dbt's log lines) goes to
+    ``<data>/logs/demo.log``, not to the terminal; the demo says so.
+    """
     data_dir = Path(data_dir).resolve()
     landing = data_dir / "landing"
     landing.mkdir(parents=True, exist_ok=True)
@@ -153,51 +159,65 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
         print(f"seeded landing zone with {len(seeded)} captures: {', '.join(seeded)}", file=out)
     if ARIA_SAMPLE_KEY in seeded and seed_waiver(store):
         print(f"waived {ARIA_WAIVER[0]} on {ARIA_SAMPLE_KEY} ({ARIA_WAIVER[1]})", file=out)
-    storage = StorageResource(root=str(data_dir))
-    defs = build_defs(storage)
-    landing_sensor = defs.get_sensor_def("landing_sensor")
+    log_path = data_dir / LOG_FILE
     failures: dict[str, str] = {}
-    with open_instance(data_dir) as instance:
-        context = dg.build_sensor_context(
-            instance=instance, resources={"storage": storage}, definitions=defs
-        )
-        result = landing_sensor(context)
-        requests: list[dg.RunRequest] = []
-        if isinstance(result, dg.SensorResult):
-            for add in result.dynamic_partitions_requests or []:
-                name = str(add.partitions_def_name)
-                instance.add_dynamic_partitions(name, list(add.partition_keys or []))
-            requests = pending_requests(instance, result.run_requests or [], landing_sensor.name)
-        for request in tqdm(
-            requests, desc="materializing captures", unit="capture", disable=not requests
-        ):
-            key = str(request.partition_key)
-            job = defs.resolve_job_def(request.job_name or CAPTURE_JOB)  # the capture's set's
-            run = job.execute_in_process(
-                run_config=QUIET_RUN_CONFIG,
-                partition_key=key,
-                instance=instance,
-                tags=sensor_tags(request, landing_sensor.name),
-                raise_on_error=False,
+    with output_to_log(log_path) as terminal:
+        storage = StorageResource(root=str(data_dir))
+        defs = build_defs(storage)
+        landing_sensor = defs.get_sensor_def("landing_sensor")
+        with open_instance(data_dir) as instance:
+            dagster_home = Path(instance.root_directory)
+            context = dg.build_sensor_context(
+                instance=instance, resources={"storage": storage}, definitions=defs
             )
-            error = _run_error(run)
-            if error:
-                failures[key] = error
-        keys = [k for cs in all_sets() for k in instance.get_dynamic_partitions(cs.partitions_name)]
-        catalog_error = ""
-        if requests or not published_location(Storage(data_dir)).exists():
-            catalog_error = refresh_aggregates(defs, instance)
+            result = landing_sensor(context)
+            requests: list[dg.RunRequest] = []
+            if isinstance(result, dg.SensorResult):
+                for add in result.dynamic_partitions_requests or []:
+                    name = str(add.partitions_def_name)
+                    instance.add_dynamic_partitions(name, list(add.partition_keys or []))
+                requests = pending_requests(
+                    instance, result.run_requests or [], landing_sensor.name
+                )
+            for request in tqdm(
+                requests,
+                desc="materializing captures",
+                unit="capture",
+                disable=not requests,
+                file=terminal,
+            ):
+                key = str(request.partition_key)
+                job = defs.resolve_job_def(request.job_name or CAPTURE_JOB)  # the capture's set's
+                run = job.execute_in_process(
+                    run_config=QUIET_RUN_CONFIG,
+                    partition_key=key,
+                    instance=instance,
+                    tags=sensor_tags(request, landing_sensor.name),
+                    raise_on_error=False,
+                )
+                error = _run_error(run)
+                if error:
+                    failures[key] = error
+            keys = [
+                k for cs in all_sets() for k in instance.get_dynamic_partitions(cs.partitions_name)
+            ]
+            catalog_error = ""
+            if requests or not published_location(Storage(data_dir)).exists():
+                print("building the dataset catalog (dbt)...", file=terminal, flush=True)
+                catalog_error = refresh_aggregates(defs, instance)
+    print(f"Dagster's and dbt's own output: {log_path}", file=out)
     if not requests:
         print("landing zone: nothing new; outputs unchanged", file=out)
-    print_summary(store, keys, failures, out)
-    print_quality(store, keys, out)
-    print_exports(store, keys, out)
-    _print_table(egosmith_rows(store, keys), out)
-    print_datasets(store, out)
+    statuses = [capture_status(store, key, failures.get(key, "")) for key in sorted(keys)]
+    statuses += [skipped_status(name, why) for name, why in skipped_entries(store)]
+    print_captures(statuses, data_dir, out)
+    print_exports(store, data_dir, keys, out)
+    print_datasets(store, keys, out)
     print(file=out)
     if catalog_error:
         print(f"dataset catalog: FAILED {catalog_error}", file=out)
     run_catalog(data_dir, out=out)
+    print_closing(data_dir, dagster_home, statuses, out)
     return 1 if failures or catalog_error else 0
 
 
@@ -216,78 +236,21 @@ def _run_error(run: dg.ExecuteInProcessResult) -> str:
         if event.is_step_failure and event.step_failure_data is not None:
             error = event.step_failure_data.error
             if error is not None:
-                return _first_line(error.message)
+                return error.message.strip()
     return ""
 
 
-def _print_table(rows: list[tuple[str, ...]], out: TextIO) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[-1]]), file=out)
-
-
-def print_quality(storage: Storage, keys: Sequence[str], out: TextIO) -> None:
-    """Table: partition, then the gate's one-line verdict (the same text as in Dagster):
-    ``quality: fail — export: blocked (reasons)``, and the waivers applied."""
-    rows: list[tuple[str, ...]] = [("partition", "quality and export")]
-    for key in sorted(keys):
-        gate = stored_gate(storage, key)
-        if gate is None:
-            rows.append((key, "no quality report"))
-            continue
-        rows.append((key, gate.summary()))
-        for waiver in gate.waivers:
-            covered = sum(1 for f in gate.waived if waiver.covers(f.name, f.metric))
-            rows.append(
-                (
-                    "",
-                    f"  waived {waiver.metric} ({covered} finding(s)) by {waiver.by} "
-                    f"on {waiver.at}: {waiver.reason}",
-                )
-            )
-    print(file=out)
-    _print_table(rows, out)
-
-
-def print_exports(storage: Storage, keys: Sequence[str], out: TextIO) -> None:
-    """Table: partition, export format, file (below the data root), size: every receipt."""
-    rows: list[tuple[str, ...]] = [("partition", "export", "size", "file")]
-    for key in sorted(keys):
-        for fmt in registry.names():
-            receipt = read_receipt(storage, fmt, key)
-            if receipt is not None:
-                rows.append((key, fmt, f"{receipt.bytes / 1e6:.1f} MB", receipt.path))
-    print(file=out)
-    if len(rows) == 1:
-        print("no exports yet", file=out)
-        return
-    _print_table(rows, out)
-
-
-def print_datasets(storage: Storage, out: TextIO) -> None:
-    """One line per merged dataset: where it is and what it holds."""
+def print_datasets(storage: Storage, keys: Sequence[str], out: TextIO) -> None:
+    """One line per merged dataset: what it holds and where (absolute paths)."""
+    print("\ndatasets", file=out)
+    for name, text in egosmith_rows(storage, keys):
+        if name == "packed dataset":
+            print(f"  EgoSmith WebDataset: {text}", file=out)
     info = ceres_dataset_location(storage) / "meta/info.json"
     if info.exists():
         meta = json.loads(info.read_text())
         print(
-            f"\nCERES LeRobot v3 dataset: {meta['total_episodes']} episodes, "
-            f"{meta['total_frames']} frames, {meta['total_tasks']} tasks -> {info.parent.parent}",
+            f"  CERES LeRobot v3: {meta['total_episodes']} episodes, "
+            f"{meta['total_frames']} frames, {meta['total_tasks']} tasks: {info.parent.parent}",
             file=out,
         )
-
-
-def print_summary(
-    storage: Storage, keys: Sequence[str], failures: dict[str, str], out: TextIO
-) -> None:
-    """Table: partition, kind, duration s, streams, status."""
-    rows: list[tuple[str, ...]] = [("partition", "kind", "duration s", "streams", "status")]
-    for key in sorted(keys):
-        folder = storage.stage_path("trajectory", key)
-        if key in failures or not (folder / "capture.json").exists():
-            rows.append((key, "-", "-", "-", f"FAILED {failures.get(key, 'not materialized')}"))
-            continue
-        header, index = read_header(Path(folder.path))
-        duration = max((s["t_last"] or 0.0 for s in index), default=0.0)
-        rows.append((key, header.info.source_kind, f"{duration:.2f}", str(len(index)), "ok"))
-    _print_table(rows, out)
