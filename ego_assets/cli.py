@@ -296,6 +296,8 @@ def _waive(args: argparse.Namespace) -> int:
         print(f"waived {args.metric} on {args.key} (by {args.by}: {args.reason})")
     gate = rejudge_gate(storage, args.key)
     print(gate.summary() if gate else f"{args.key}: no quality gate yet; its next run applies it")
+    for reason in gate.reasons if gate else ():  # every one whole (the summary counts some)
+        print(f"  blocked by {reason}")
     return 0
 
 

@@ -121,5 +121,10 @@ def test_cli_waive_rejudges_the_stored_gate(tmp_path, capsys) -> None:
         )
     )
     assert main([*args, "--revoke"]) == 0
-    assert "export: blocked" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "export: blocked" in out
+    blocked = pipeline.stored_gate(store, "cap")
+    assert blocked is not None and blocked.reasons
+    # each blocking reason whole on its own line, not only the summary's first ones
+    assert [f"  blocked by {r}" for r in blocked.reasons] == out.splitlines()[2:]
     assert main(["waive", "cap", "x", "--by", "ana", "--data", str(tmp_path)]) == 2  # no reason
