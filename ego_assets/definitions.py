@@ -16,6 +16,7 @@ from ego_assets.defs.episodes import apply_run_worker_env
 from ego_assets.defs.executors import executor_from_env
 from ego_assets.defs.exports import build_export_jobs
 from ego_assets.defs.holos import build_holos_hdf5
+from ego_assets.defs.imports import ImportSource, build_import_sensor, import_sources_from_env
 from ego_assets.defs.ingest import build_raw_capture, build_trajectory
 from ego_assets.defs.partitions import CaptureSet, all_sets, configured_sets
 from ego_assets.defs.quality import build_quality_report
@@ -77,9 +78,11 @@ def build_defs(
     sensor_interval: int = DEFAULT_SENSOR_INTERVAL_S,
     executor: dg.ExecutorDefinition | None = None,
     sets: int | None = None,
+    import_sources: tuple[ImportSource, ...] = (),
 ) -> dg.Definitions:
     """Definitions with the given storage (tests and the demo pass their own) over
-    ``sets`` capture sets (default ``EGO_CAPTURE_SETS``)."""
+    ``sets`` capture sets (default ``EGO_CAPTURE_SETS``), with one import sensor per
+    ``import_sources`` entry (`ego_assets.defs.imports`)."""
     n = configured_sets() if sets is None else sets
     assets, export_jobs = (ASSETS, EXPORT_JOBS) if n == configured_sets() else build_assets(n)
     capture_jobs = [build_capture_job(cs) for cs in all_sets(n)]
@@ -90,6 +93,7 @@ def build_defs(
         sensors=[
             build_landing_sensor(sensor_interval, n, capture_jobs),
             build_stale_code_sensor(n),
+            *(build_import_sensor(source) for source in import_sources),
         ],
         resources={"storage": storage, **CATALOG_RESOURCES},
         executor=executor,
@@ -99,10 +103,16 @@ def build_defs(
 @dg.definitions
 def defs() -> dg.Definitions:
     """Storage from EGO_DATA_DIR / EGO_LANDING_DIR / EGO_S3_ENDPOINT_URL, sensor interval from
-    EGO_SENSOR_INTERVAL_S, capture sets from EGO_CAPTURE_SETS (all read at load)."""
+    EGO_SENSOR_INTERVAL_S, capture sets from EGO_CAPTURE_SETS, import sources from
+    EGO_IMPORT_SOURCES (all read at load)."""
     storage = StorageResource(
         root=os.environ.get("EGO_DATA_DIR", "data"),
         landing=os.environ.get("EGO_LANDING_DIR") or None,
         endpoint_url=os.environ.get("EGO_S3_ENDPOINT_URL") or None,
     )
-    return build_defs(storage, sensor_interval_s(os.environ), executor_from_env(os.environ))
+    return build_defs(
+        storage,
+        sensor_interval_s(os.environ),
+        executor_from_env(os.environ),
+        import_sources=import_sources_from_env(os.environ),
+    )

@@ -221,3 +221,26 @@ def test_cli_import_limit_rerun_and_exit_codes(tmp_path, capsys):
     assert main(["import", "egodex", str(tmp_path / "nowhere"), "--data", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
     assert (data / "landing/egodex-train.add_remove_lid.0" / MARKER_FILE).is_file()
+
+
+def test_catalog_episodes_carry_the_source_dataset(tmp_path):
+    from ego_assets import pipeline
+    from ego_assets.catalog.sources import stage_rows
+    from ego_assets.catalog.warehouse import catalog_database, query, run_dbt
+    from ego_assets.synth import synthesize
+
+    src, data = tmp_path / "src", tmp_path / "data"
+    write_egodex_episode(src / TASK, 0, frames=15)
+    assert _import(src, data).landed == ["egodex-train.add_remove_lid.0"]
+    synthesize("webxr", data / "landing" / "direct", seconds=1, seed=1, capture_id="direct")
+    storage = Storage(data)
+    for key in ("egodex-train.add_remove_lid.0", "direct"):
+        pipeline.ingest_raw(storage, key)
+    with catalog_database(storage, write=True) as db:
+        stage_rows(storage, db, {})
+        run_dbt(["run", "--quiet", "--select", "episodes"], db)
+        rows = query(db, "select capture_key, source_dataset from episodes order by 1").to_pylist()
+    assert rows == [
+        {"capture_key": "direct", "source_dataset": None},
+        {"capture_key": "egodex-train.add_remove_lid.0", "source_dataset": "egodex"},
+    ]

@@ -45,6 +45,7 @@ select
   h.demonstrator,
   h.split,
   h.dataset_name,
+  m.source_dataset,
   coalesce(h.duration_s, q.duration_s) as duration_s,
   h.n_streams,
   h.stream_names,

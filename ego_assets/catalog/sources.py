@@ -53,13 +53,14 @@ import pyarrow.parquet as pq
 from upath import UPath
 
 from ego_assets.capture.manifest import RawManifest
+from ego_assets.capture.provenance import PROVENANCE_FILE
 from ego_assets.catalog.receipts import RECEIPT_SCHEMA, RECEIPTS_DIR, ExportReceipt
 from ego_assets.exports import registry
 from ego_assets.keys import is_valid_capture_key
 from ego_assets.pipeline import LINEAGE_FILE
 from ego_assets.quality.gate import GATE_FILE, Gate
 from ego_assets.quality.report import REPORT_PARQUET, ROW_SCHEMA
-from ego_assets.storage import RAW_MANIFEST_FILE, Storage, is_local
+from ego_assets.storage import RAW_CAPTURE_DIR, RAW_MANIFEST_FILE, Storage, is_local
 from ego_assets.trajectory.records import to_jsonable
 from ego_assets.trajectory.store import CAPTURE_JSON
 
@@ -76,6 +77,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("raw_bytes", pa.int64()),
         ("content_sha256", pa.string()),
         ("landed_at", pa.timestamp("us")),
+        ("source_dataset", pa.string()),
     ]
 )
 HEADER_SCHEMA = pa.schema(
@@ -146,6 +148,7 @@ class Listed:
     files: tuple[str, ...]  # fs paths to read, in the order the row builder expects
     fingerprint: str
     modified: dt.datetime  # UTC, naive
+    optional: int = 0  # the last ``optional`` files may be absent (read as b"")
 
 
 RowBuilder = Callable[[Listed, tuple[bytes, ...]], dict[str, Any] | pa.Table]
@@ -161,6 +164,7 @@ class Source:
     index: str | None  # file inside each key's folder; None: items are <key>.json files
     reads: tuple[str, ...]  # files to read per item (names inside the key's folder)
     build: RowBuilder
+    optional: tuple[str, ...] = ()  # read after ``reads`` when present, else b""
 
 
 @dataclass(slots=True)
@@ -179,6 +183,7 @@ class StagingSummary:
 
 def _manifest_row(item: Listed, data: tuple[bytes, ...]) -> dict[str, Any]:
     manifest = RawManifest.from_json(data[0].decode("utf-8"))
+    provenance = json.loads(data[1]) if data[1] else {}
     return {
         "capture_key": item.key,
         "raw_kind": manifest.kind,
@@ -186,6 +191,7 @@ def _manifest_row(item: Listed, data: tuple[bytes, ...]) -> dict[str, Any]:
         "raw_bytes": manifest.total_bytes,
         "content_sha256": manifest.content_sha256,
         "landed_at": item.modified,
+        "source_dataset": provenance.get("dataset") if isinstance(provenance, dict) else None,
     }
 
 
@@ -275,6 +281,7 @@ def sources() -> tuple[Source, ...]:
             RAW_MANIFEST_FILE,
             (RAW_MANIFEST_FILE,),
             _manifest_row,
+            (f"{RAW_CAPTURE_DIR}/{PROVENANCE_FILE}",),  # imported captures only
         ),
         Source(
             "trajectory_headers",
@@ -335,13 +342,14 @@ def _list_local(base: Path, source: Source) -> list[Listed]:
             if not is_valid_capture_key(key):
                 continue
             index = Path(entry.path) / source.index
-            files = tuple(str(Path(entry.path) / name) for name in source.reads)
+            files = tuple(str(Path(entry.path) / n) for n in source.reads + source.optional)
         try:
             stat = index.stat()
         except (FileNotFoundError, NotADirectoryError):
             continue
         modified = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=stat.st_mtime_ns // 1000)
-        items.append(Listed(key, files, f"{stat.st_mtime_ns}:{stat.st_size}", modified))
+        fingerprint = f"{stat.st_mtime_ns}:{stat.st_size}"
+        items.append(Listed(key, files, fingerprint, modified, len(source.optional)))
     return items
 
 
@@ -364,12 +372,12 @@ def _list_remote(base: UPath, source: Source) -> list[Listed]:
             if len(parts) != 2 or parts[1] != source.index:
                 continue
             key = parts[0]
-            files = tuple(f"{root}/{key}/{name}" for name in source.reads)
+            files = tuple(f"{root}/{key}/{name}" for name in source.reads + source.optional)
         if not is_valid_capture_key(key):
             continue
         modified = info.get("LastModified") or info.get("last_modified") or dt.datetime(1970, 1, 1)
         fingerprint = f"{info.get('ETag', '')}:{modified}:{info.get('size')}"
-        items.append(Listed(key, files, fingerprint, _utc_naive(modified)))
+        items.append(Listed(key, files, fingerprint, _utc_naive(modified), len(source.optional)))
     return items
 
 
@@ -385,7 +393,11 @@ def _read_items(
         got = fs.cat(paths, on_error="return")
         for item in chunk:
             data = tuple(got.get(p) for p in item.files)
-            if any(not isinstance(d, bytes) for d in data):
+            required = data[: len(data) - item.optional]
+            data = required + tuple(
+                d if isinstance(d, bytes) else b"" for d in data[len(required) :]
+            )
+            if any(not isinstance(d, bytes) for d in required):
                 log.info("%s: a file went away since the listing; staged next time", item.key)
                 continue
             yield item, tuple(d for d in data if isinstance(d, bytes))

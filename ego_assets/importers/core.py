@@ -310,17 +310,23 @@ def import_source(
     *,
     after: str = "",
     limit: int | None = None,
+    examine: int | None = None,
     on_result: Callable[[str, str, str], None] | None = None,
 ) -> ImportSummary:
     """Land every episode of ``source`` not landed yet, in name order after ``after``.
 
-    ``limit`` caps the episodes attempted (landed or failed; skipped ones are free).
-    A failing episode is recorded in ``failed`` and the others still land.
-    ``on_result(status, key_or_episode, message)`` is called per episode.
+    ``limit`` caps the episodes attempted (landed or failed; skipped ones are free);
+    ``examine`` caps all episodes looked at, skipped ones included (a sensor tick's
+    bound). A failing episode is recorded in ``failed`` and the others still land.
+    ``on_result(status, key_or_episode, message)`` is called per episode. Resume with
+    ``after=summary.last``.
     """
     summary = ImportSummary(last=after)
     for item in importer.episodes(source, after):
-        if limit is not None and len(summary.landed) + len(summary.failed) >= limit:
+        attempted = len(summary.landed) + len(summary.failed)
+        if limit is not None and attempted >= limit:
+            break
+        if examine is not None and attempted + len(summary.skipped) >= examine:
             break
         if isinstance(item, EpisodeImportError):
             summary.failed.append(item)
