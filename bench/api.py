@@ -1,4 +1,5 @@
-"""Export API under load: ``python -m bench api [--json FILE] [--clients 200] [--seconds 60]``.
+"""Export API under load: ``python -m bench api [--json FILE] [--clients 200] [--seconds 60]``
+(``--no-exports``: polls only, no daemon, webserver or export runs; the smoke size).
 
 A deployment on this machine: a fresh Postgres database with infra/dagster.yaml's
 instance (queued run coordinator), dagster-daemon, dagster-webserver and
@@ -185,6 +186,7 @@ SMOKE_ARGS = (
     "1",
     "--workers",
     "1",
+    "--no-exports",
 )
 
 
@@ -196,16 +198,28 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--interval", type=float, default=0.5, help="pause between polls (s)")
     parser.add_argument("--captures", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2, help="API server processes")
+    parser.add_argument(
+        "--no-exports",
+        action="store_true",
+        help="polls only: no daemon, webserver or export runs (the suite's smoke size)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    result = run(args.clients, args.seconds, args.interval, args.captures, args.workers)
+    result = run(
+        args.clients, args.seconds, args.interval, args.captures, args.workers, not args.no_exports
+    )
     table = name_value_table([(k, str(v)) for k, v in result.items()])
     report(table, result, args.json)
     return 0
 
 
 def run(
-    clients: int, seconds: float, interval: float, captures: int, workers: int = 1
+    clients: int,
+    seconds: float,
+    interval: float,
+    captures: int,
+    workers: int = 1,
+    exports: bool = True,
 ) -> dict[str, Any]:
     import dagster as dg
 
@@ -262,20 +276,22 @@ def run(
             services = []
             try:
                 web_port, api_port = free_port(), free_port()
-                services.append(start("dagster-daemon", daemon_args(), env, tmp))
-                web = start("dagster-webserver", webserver_args(web_port), env, tmp)
-                services.append(web)
+                if exports:
+                    services.append(start("dagster-daemon", daemon_args(), env, tmp))
+                    web = start("dagster-webserver", webserver_args(web_port), env, tmp)
+                    services.append(web)
                 serve = [str(BIN / "ego-assets"), "serve", "--port", str(api_port)]
                 serve += ["--workers", str(workers)]
                 serve += ["--config", str(config), "--dagster-url", f"http://127.0.0.1:{web_port}"]
                 server = start("ego-assets-serve", serve, env, tmp)
                 services.append(server)
-                wait_http_ok(f"http://127.0.0.1:{web_port}/server_info", web, 300)
+                if exports:
+                    wait_http_ok(f"http://127.0.0.1:{web_port}/server_info", web, 300)
                 url = f"http://127.0.0.1:{api_port}"
                 wait_http_ok(f"{url}/healthz", server, 120)
                 paths = [f"/captures/{k}/{r}" for k in keys for r in ROUTES]
                 latencies, baseline, errors, statuses, runs, cpu = _run_loop(
-                    _measure(url, paths, clients, seconds, interval, server.process.pid)
+                    _measure(url, paths, clients, seconds, interval, server.process.pid, exports)
                 )
                 failures = _failed_runs(instance)
             finally:
@@ -372,16 +388,27 @@ def _tree_cpu_s(pid: int) -> dict[str, float]:
 
 
 async def _measure(
-    url: str, paths: list[str], clients: int, seconds: float, interval: float, server_pid: int
+    url: str,
+    paths: list[str],
+    clients: int,
+    seconds: float,
+    interval: float,
+    server_pid: int,
+    exports: bool = True,
 ) -> tuple[list[float], list[float], int, dict[str, int], int, dict[str, Any]]:
+    """The window's figures; with ``exports``, export runs go on throughout it."""
     import resource
 
-    pending = await asyncio.get_running_loop().run_in_executor(None, _warm_up, url, paths)
+    pending: dict[str, str] = {}
+    if exports:
+        pending = await asyncio.get_running_loop().run_in_executor(None, _warm_up, url, paths)
     stop_at = time.monotonic() + seconds
     load_start = os.getloadavg()
     server_start = _tree_cpu_s(server_pid)
     client_start = resource.getrusage(resource.RUSAGE_THREAD)
-    exporting = asyncio.create_task(_keep_exporting(url, paths, stop_at, pending))
+    exporting = asyncio.create_task(
+        _keep_exporting(url, paths, stop_at if exports else 0.0, pending)
+    )
     latencies, baseline, errors, statuses = await _load(url, paths, clients, seconds, interval)
     client_end = resource.getrusage(resource.RUSAGE_THREAD)
     server_end = _tree_cpu_s(server_pid)
