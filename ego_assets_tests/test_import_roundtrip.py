@@ -125,7 +125,13 @@ def test_holos_hdf5_round_trip_keeps_every_raw_stream_exactly(sources, tmp_path,
     imported, folder = import_one("holos-hdf5", h5.parent, tmp_path / "data")
 
     assert imported.info.source_kind == "holos-hdf5"
-    keep = ("capture_id", "source_kind", "source_version", "source_capture_id")
+    keep = (
+        "capture_id",
+        "source_kind",
+        "source_version",
+        "source_capture_id",
+        "task_specification",
+    )
     for name in original.info.__slots__:
         if name not in keep:
             assert getattr(imported.info, name) == getattr(original.info, name), name
@@ -134,6 +140,14 @@ def test_holos_hdf5_round_trip_keeps_every_raw_stream_exactly(sources, tmp_path,
         original.info.source_capture_id or original.info.capture_id
     )
     assert original.info.source_kind in imported.info.source_version
+    spec, again_spec = original.info.task_specification, imported.info.task_specification
+    if spec is not None:  # travels as /holos/metadata/task_specification, same bytes
+        assert again_spec is not None and again_spec.sha256 == spec.sha256
+        assert (folder / again_spec.path).read_bytes() == (raw / spec.path).read_bytes()
+    for ref in original.files:  # every verbatim JSON file comes back under metadata/
+        if ref.mime == "application/json" and ref.role not in ("transcript", "vlm"):
+            back = next(f for f in imported.files if f.role == ref.role)
+            assert (folder / back.path).read_bytes() == (raw / ref.path).read_bytes()
     assert sorted(s.name for s in imported.streams) == sorted(s.name for s in original.streams)
     for before in original.streams:
         after = imported.stream(before.name)

@@ -83,6 +83,25 @@ _TYPED = {
 _CLOCK = ("time", "timestamp_ns")
 
 
+def metadata_texts(f: h5py.File) -> list[tuple[str, str]]:
+    """(dataset path, `FileRef` role) of every verbatim JSON text the file embeds:
+    ``/holos/metadata/<name>`` (``session`` is the session metadata) and
+    ``/holos/events/procedure_steps_json``. The import writes each to `metadata_file`."""
+    out = []
+    group = f.get("holos/metadata")
+    for name, ds in group.items() if isinstance(group, h5py.Group) else ():
+        if isinstance(ds, h5py.Dataset) and ds.shape == () and ds.dtype.kind == "O":
+            out.append((ds.name, {"session": "session_metadata"}.get(name, name)))
+    if "holos/events/procedure_steps_json" in f:
+        out.append(("/holos/events/procedure_steps_json", "procedure_steps"))
+    return out
+
+
+def metadata_file(role: str) -> str:
+    """Relative path of the extracted JSON text of `FileRef` role ``role``."""
+    return f"metadata/{role}.json"
+
+
 def media_file(name: str, mime: str) -> str:
     """Relative path of the extracted bytes of ``/media/<name>`` (MIME tag ``mime``)."""
     return f"{MEDIA_DIR}/{name}{MEDIA_EXTENSIONS.get(mime, '.bin')}"
@@ -176,8 +195,13 @@ class _Reader:
                 raise self.error(
                     "/data@env_args", f"env_kwargs is not a capture header: {exc}"
                 ) from None
+            spec = stored.task_specification
+            if spec is not None:  # the file travels as /holos/metadata/task_specification
+                rel = metadata_file("task_specification")
+                spec = replace(spec, path=rel) if self.files.exists(rel) else None
             return replace(
                 stored,
+                task_specification=spec,
                 capture_id=self.files.capture,
                 source_kind=SOURCE_KIND,
                 source_version=f"{_text(self.f.attrs.get('Conventions', ''))} from "
@@ -225,7 +249,7 @@ class _Reader:
             streams=tuple(sorted(streams, key=lambda s: s.name)),
             annotations=self._annotations(),
             media=tuple(media),
-            files=imported_files(self.files),
+            files=tuple(self._metadata_files()) + imported_files(self.files),
         )
 
     def _raw_streams(self, raw: h5py.Group) -> list[Stream]:
@@ -425,6 +449,14 @@ class _Reader:
         return streams
 
     # ----------------------------------------------------------------- media, annotations
+
+    def _metadata_files(self) -> list[FileRef]:
+        """The extracted JSON texts (`metadata_texts`) present in the capture folder."""
+        return [
+            FileRef(role, metadata_file(role), "application/json")
+            for _, role in metadata_texts(self.f)
+            if self.files.exists(metadata_file(role))
+        ]
 
     def _media(self, streams: list[Stream]) -> list[MediaRef]:
         group = self.f.get("media")

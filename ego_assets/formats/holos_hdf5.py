@@ -46,7 +46,7 @@ from ego_assets.formats.holos_clock import (
     wrist_delta,
 )
 from ego_assets.progress import WRITE_TASK, report
-from ego_assets.trajectory.joints import JOINT_SETS
+from ego_assets.trajectory.joints import JOINT_SETS, WRIST
 from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.records import to_jsonable
 from ego_assets.trajectory.streams import Stream
@@ -747,7 +747,7 @@ class _Demo(_Section):
                 f"{side} hand per-landmark confidence, 0 = not seen",
             )
             if side not in self.wrists:
-                wrist = JOINT_SETS[t.landmark_set or ""].index("wrist")
+                wrist = WRIST[t.landmark_set or ""]  # MediaPipe spells it "WRIST"
                 self.wrists[side] = Rows(
                     values.parts, values.dtype, index=values.index, pick=wrist, valid=mask
                 ).array()

@@ -8,7 +8,9 @@ sorted order). Each demo lands as a ``holos_hdf5`` capture (`ego_assets.capture.
   attributes, the demo group (``h5py`` copy: values, filters and attributes unchanged),
   ``/mask`` entries naming it, and ``/holos`` and ``/media`` only for ``demo_0`` of a
   Holos file (the format's one demo; a robomimic file with many demos has neither);
-* ``media/<name><ext>``: the bytes of each ``/media/<name>`` opaque dataset.
+* ``media/<name><ext>``: the bytes of each ``/media/<name>`` opaque dataset;
+* ``metadata/<role>.json``: each verbatim JSON text (session metadata, calibration,
+  task specification, procedure steps), as UTF-8.
 
 The episode's path (provenance, capture key) is ``<file>/data/<demo>``. A file that is
 not HDF5 or has no demo is one error naming it; the other files still land. Sources are
@@ -25,7 +27,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ego_assets.capture.holos_hdf5 import H5_FILE, media_file
+from ego_assets.capture.holos_hdf5 import H5_FILE, media_file, metadata_file, metadata_texts
 from ego_assets.importers.core import (
     EpisodeImportError,
     Importer,
@@ -152,6 +154,12 @@ def write_demo(demo: HolosDemo, out: Path) -> Derived:
                     ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, buf, mtype=tid)
                 path.write_bytes(buf.tobytes())
                 made[path.relative_to(out).as_posix()] = (demo.rel, f"bytes of /media/{name}")
+        for dataset, role in metadata_texts(f):
+            text = f[dataset][()]
+            path = out / metadata_file(role)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(text if isinstance(text, bytes) else str(text).encode("utf-8"))
+            made[metadata_file(role)] = (demo.rel, f"the text of {dataset} (UTF-8)")
     return made
 
 

@@ -278,8 +278,13 @@ def _write_cut(episode: LeRobotEpisode, out: Path) -> Derived:
         start = float(row.get(f"videos/{key}/from_timestamp", 0.0))
         target = out / VIDEO_PATH.format(video_key=key, **LOCATION)
         target.parent.mkdir(parents=True)
-        cut_video(
-            ds.root / ds.video_file(key, row), target, round(start * fps), int(row["length"]), fps
+        first, count = round(start * fps), int(row["length"])
+        source_video = ds.video_file(key, row)
+        copied = cut_video(ds.root / source_video, target, first, count, fps)
+        how = "packets copied" if copied else "decoded and re-encoded (H.264)"
+        made[target.relative_to(out).as_posix()] = (
+            _join(ds.rel, source_video),
+            f"frames {first}..{first + count - 1} of episode {n}, {how}",
         )
         row.update(
             {

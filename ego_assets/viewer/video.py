@@ -161,7 +161,11 @@ def log_videos(log: RecordingLog, trajectory: Trajectory, media_dir: Path | None
         if not file.is_file():
             log.summary.notes.append(f"video {media.role!r}: {media.path} not found")
             continue
-        path = _log_video(log, trajectory, media, file)
+        try:
+            path = _log_video(log, trajectory, media, file)
+        except RuntimeError as exc:  # a codec Rerun cannot play (e.g. imported Motion-JPEG)
+            log.summary.notes.append(f"video {media.role!r}: not shown ({exc})")
+            continue
         log.summary.videos[media.role] = path
         shown[media.role] = (path, media)
     return shown
