@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from ego_assets.capture import read_capture
-from ego_assets.capture.manifest import write_marker
+from ego_assets.capture.files import CaptureFiles
+from ego_assets.capture.manifest import check_capture, write_marker
 from ego_assets.fixtures import real_fixture
 from ego_assets.formats.ceres_lerobot import write_shard
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
@@ -275,6 +276,10 @@ def test_lerobot_mano_source_keeps_joints_and_a_merged_dataset_cuts_each_episode
         "src-webxr-ep0",
     ]
     for (imported, folder), shard in zip(landed, shards, strict=True):
+        manifest = check_capture(CaptureFiles(folder.name, folder))  # raw_capture's intake check
+        assert "videos/observation.images.passthrough/chunk-000/file-000.mp4" in {
+            f.path for f in manifest.files
+        }
         with (
             av.open(str(next(shard.glob("videos/*/*/*.mp4")))) as a,
             av.open(str(folder / imported.media[0].path)) as b,
