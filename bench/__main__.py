@@ -19,8 +19,14 @@ def available() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_"))
 
 
+# Names that are Python keywords live in a module with a trailing underscore.
+ALIASES = {"import": "import_"}
+
+
 def main(argv: list[str]) -> int:
     names = available()
+    if argv and argv[0] in ALIASES:
+        argv = [ALIASES[argv[0]], *argv[1:]]
     if not argv or argv[0] not in names:
         print(f"usage: python -m bench {{{','.join(names)}}} [--json FILE]", file=sys.stderr)
         return 2

@@ -64,6 +64,7 @@ FPS = 30
 MAX_FRAMES = FPS * 3600 * 4  # four hours: an episode averages 9 s
 RIGID_TOLERANCE = 1e-3  # max |R^T R - I| and |bottom row - (0 0 0 1)| of a float32 pose
 SIDES = ("left", "right")
+_FLOAT32 = h5py.h5t.py_create(np.dtype(np.float32))  # the memory type of every read
 BODY = ("hip", *(f"spine{i}" for i in range(1, 8)), *(f"neck{i}" for i in range(1, 5)))
 ARM = ("Shoulder", "Arm", "Forearm")
 # EgoDex per-side hand names in ARKit HandSkeleton order (joints 0-24 of arkit27)
@@ -98,7 +99,8 @@ def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
     finite = np.isfinite(poses).all(axis=(2, 3))  # (J+1, N)
     _check_rigid(files, poses, finite)
     quats = np.full((*finite.shape, 4), np.nan)
-    quats[finite] = Rotation.from_matrix(poses[..., :3, :3][finite]).as_quat()
+    # rigid within RIGID_TOLERANCE (checked above): no orthogonalization (an SVD per pose)
+    quats[finite] = Rotation.from_matrix(poses[..., :3, :3][finite], assume_valid=True).as_quat()
     positions = poses[..., :3, 3]
     ts = video.timestamp_ns
     base = {**video.attrs, "source_file": HDF5_FILE}
@@ -168,22 +170,11 @@ def _read_hdf5(
     except OSError as exc:
         raise files.error(HDF5_FILE, f"not a readable HDF5 file: {exc}") from None
     with f:
-        group = _group(files, f, "transforms")
-        cam = _dataset(files, group, "transforms", "camera")
-        n = _frames(files, "transforms/camera", cam.shape, (4, 4))
-        poses = np.empty((1 + len(JOINTS), n, 4, 4))
-        for i, name in enumerate(("camera", *JOINTS)):
-            ds = _dataset(files, group, "transforms", name)
-            _frames(files, f"transforms/{name}", ds.shape, (4, 4), n)
-            poses[i] = ds[()]
+        poses = _read_stack(files, _group(files, f, "transforms"), "camera", *JOINTS)
+        n = poses.shape[1]
         confidence = None
-        if "confidences" in f:
-            conf_group = _group(files, f, "confidences")
-            confidence = np.empty((len(JOINTS), n))
-            for i, name in enumerate(JOINTS):
-                ds = _dataset(files, conf_group, "confidences", name)
-                _frames(files, f"confidences/{name}", ds.shape, (), n)
-                confidence[i] = ds[()]
+        if f.get("confidences") is not None:
+            confidence = _read_stack(files, _group(files, f, "confidences"), *JOINTS, n=n)
         cam_group = _group(files, f, "camera")
         k_ds = _dataset(files, cam_group, "camera", "intrinsic")
         if k_ds.shape != (3, 3):
@@ -197,14 +188,14 @@ def _read_hdf5(
                 "needs finite values and positive focal lengths",
                 field="camera/intrinsic",
             )
-        attrs = {name: _text(files, f.attrs[name], name) for name in TEXT_ATTRS if name in f.attrs}
+        attrs = {k: _text(files, v, k) for k, v in f.attrs.items() if k in TEXT_ATTRS}
     return poses, confidence, intrinsic, attrs
 
 
 def _group(files: CaptureFiles, f: h5py.File, name: str) -> h5py.Group:
-    if name not in f:
+    group = f.get(name)
+    if group is None:
         raise files.error(HDF5_FILE, "group is missing", field=name)
-    group = f[name]
     if not isinstance(group, h5py.Group):
         raise files.error(HDF5_FILE, "is not a group", field=name)
     return group
@@ -212,12 +203,41 @@ def _group(files: CaptureFiles, f: h5py.File, name: str) -> h5py.Group:
 
 def _dataset(files: CaptureFiles, group: h5py.Group, where: str, name: str) -> h5py.Dataset:
     field = f"{where}/{name}"
-    if name not in group:
+    ds = group.get(name)
+    if ds is None:
         raise files.error(HDF5_FILE, "dataset is missing", field=field)
-    ds = group[name]
     if not isinstance(ds, h5py.Dataset) or ds.dtype.kind != "f":
         raise files.error(HDF5_FILE, "is not a floating-point dataset", field=field)
     return ds
+
+
+def _read_stack(
+    files: CaptureFiles, group: h5py.Group, *names: str, n: int | None = None
+) -> np.ndarray:
+    """(len(names), N, ...) float64: one float dataset per name of ``group``, each checked
+    for its shape ((N, 4, 4) poses, (N,) confidences) before it is read into the stack.
+
+    Uses HDF5's low-level open and read: a high-level ``Dataset`` costs more than reading
+    a 300-frame pose. Read as float32 (EgoDex's type; HDF5 converts any other float type),
+    widened by numpy in one step (HDF5's own conversion is several times slower).
+    """
+    where = group.name.strip("/")
+    per_frame: tuple[int, ...] = (4, 4) if where == "transforms" else ()
+    out = np.empty(0, np.float32)
+    for i, name in enumerate(names):
+        field = f"{where}/{name}"
+        try:
+            dsid = h5py.h5d.open(group.id, name.encode())
+        except KeyError:
+            reason = "is not a dataset" if name in group else "dataset is missing"
+            raise files.error(HDF5_FILE, reason, field=field) from None
+        if dsid.dtype.kind != "f":
+            raise files.error(HDF5_FILE, f"dtype {dsid.dtype} is not floating-point", field=field)
+        n = _frames(files, field, dsid.shape, per_frame, n)
+        if i == 0:
+            out = np.empty((len(names), n, *per_frame), np.float32)
+        dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, out[i], _FLOAT32)
+    return out.astype(np.float64)
 
 
 def _frames(
@@ -241,13 +261,20 @@ def _frames(
 
 
 def _check_rigid(files: CaptureFiles, poses: np.ndarray, finite: np.ndarray) -> None:
-    """Every finite pose is rigid: bottom row 0 0 0 1, orthonormal rotation, det +1."""
-    rot = poses[..., :3, :3]
-    gram = np.einsum("...ji,...jk->...ik", rot, rot)
-    err = np.abs(gram - np.eye(3)).max(axis=(-2, -1))
-    err = np.maximum(err, np.abs(poses[..., 3, :] - np.array([0.0, 0.0, 0.0, 1.0])).max(axis=-1))
+    """Every finite pose is rigid: bottom row 0 0 0 1, orthonormal rotation, det +1.
+
+    Written out per matrix entry: numpy's batched 3x3 products and determinants are
+    ten times slower on (69, N) small matrices.
+    """
+    col = [[poses[..., i, j] for i in range(3)] for j in range(3)]  # col[j][i] = R[i, j]
+    err = np.abs(poses[..., 3, :] - np.array([0.0, 0.0, 0.0, 1.0])).max(axis=-1)
+    for j, k in ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)):
+        gram = col[j][0] * col[k][0] + col[j][1] * col[k][1] + col[j][2] * col[k][2]
+        err = np.maximum(err, np.abs(gram - float(j == k)))
+    (a, d, g), (b, e, h), (c, f, i) = col
+    det = a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
     with np.errstate(invalid="ignore"):  # NaN poses: kept, flagged by the streams
-        bad = finite & ((err > RIGID_TOLERANCE) | (np.linalg.det(rot) < 0))
+        bad = finite & ((err > RIGID_TOLERANCE) | (det < 0))
     if bad.any():
         j, frame = (int(v[0]) for v in np.nonzero(bad))
         name = ("camera", *JOINTS)[j]
