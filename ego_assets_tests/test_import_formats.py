@@ -9,10 +9,14 @@ files with), not only with our own readers.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import tarfile
+from fractions import Fraction
 from pathlib import Path
 
+import av
 import h5py
 import numpy as np
 import pytest
@@ -315,3 +319,92 @@ def test_an_imported_capture_goes_through_raw_trajectory_gate_and_every_export(t
     else:
         assert report.ok, report.errors
         assert report.samples == len(trajectory.stream("camera_outward_frames"))
+
+
+# ----------------------------------------------------------------------------- lerobot's own
+
+_WRITE_WITH_LEROBOT = """
+import sys
+import numpy as np
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+names = [f"j{i}" for i in range(6)]
+ds = LeRobotDataset.create("local/probe", fps=10, root=sys.argv[1], robot_type="probe_bot",
+    features={
+        "observation.state": {"dtype": "float32", "shape": (6,), "names": names},
+        "action": {"dtype": "float32", "shape": (6,), "names": names},
+        "observation.images.cam": {"dtype": "video", "shape": (48, 64, 3),
+                                   "names": ["height", "width", "channels"]},
+    }, use_videos=True)
+for ep in range(2):
+    for k in range(12):
+        v = np.full(6, ep * 100 + k, np.float32)
+        img = np.full((48, 64, 3), 20 * k, np.uint8)
+        ds.add_frame({"observation.state": v, "action": -v, "observation.images.cam": img,
+                      "task": f"task {ep}"})
+    ds.save_episode()
+ds.finalize()
+"""
+
+
+def _lerobot_python() -> Path | None:
+    named = os.environ.get("EGO_LEROBOT_PYTHON")
+    if named:
+        return Path(named)
+    local = Path(__file__).resolve().parents[1] / ".venv-lerobot" / "bin" / "python"
+    return local if local.exists() else None
+
+
+@pytest.fixture(scope="module")
+def lerobot_written(tmp_path_factory) -> Path:
+    """Two 12-frame episodes written by lerobot itself (AV1 video, GOP 2, one mp4)."""
+    python = _lerobot_python()
+    if python is None:
+        pytest.skip("no lerobot environment (make lerobot-env)")
+    root = tmp_path_factory.mktemp("lerobot")
+    script = root / "write.py"
+    script.write_text(_WRITE_WITH_LEROBOT)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [str(python), str(script), str(root / "ds")], env=env, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return root / "ds"
+
+
+def test_a_dataset_lerobot_wrote_lands_each_episode_with_its_columns_and_frames(
+    lerobot_written, tmp_path
+):
+    summary, storage = run_import("lerobot-v3", lerobot_written, tmp_path / "data")
+    assert summary.failed == [] and len(summary.landed) == 2
+    for ep, key in enumerate(summary.landed):
+        folder = Path(storage.landing_path(key).path)
+        trajectory = read_capture(key, folder)
+        state = trajectory.stream("observation.state")
+        assert state.kind == "vector" and json.loads(str(state.attrs["names"]))[0] == "j0"
+        expected = ep * 100 + np.arange(12, dtype=np.float64)
+        np.testing.assert_array_equal(state.fields["values"], np.repeat(expected[:, None], 6, 1))
+        np.testing.assert_array_equal(trajectory.stream("action").fields["values"][:, 0], -expected)
+        np.testing.assert_allclose(state.time, np.arange(12) / 10, atol=1e-6)
+        assert trajectory.annotations.instructions == (f"task {ep}",)
+        video = json.loads((folder / "ego_provenance.json").read_text())["files"]
+        (cut,) = [f for f in video if f["path"].startswith("videos/")]
+        assert cut["derived"].endswith("packets copied")  # each episode starts on a keyframe
+        with av.open(str(folder / cut["path"])) as c:
+            reds = [int(f.to_ndarray(format="rgb24")[0, 0, 0]) for f in c.decode(video=0)]
+        np.testing.assert_allclose(reds, 20 * np.arange(12), atol=3)
+
+
+def test_a_cut_that_starts_between_keyframes_is_re_encoded(lerobot_written, tmp_path):
+    from ego_assets.importers.lerobot_v3 import cut_video
+
+    src = next(lerobot_written.glob("videos/*/*/*.mp4"))
+    assert cut_video(src, tmp_path / "a.mp4", 2, 5, 10) is True  # frame 2 is a keyframe
+    assert cut_video(src, tmp_path / "b.mp4", 3, 5, 10) is False  # GOP 2: frame 3 is not
+    with av.open(str(tmp_path / "b.mp4")) as c:
+        stream = c.streams.video[0]
+        frames = list(c.decode(stream))
+        assert [f.pts * stream.time_base for f in frames] == [Fraction(k, 10) for k in range(5)]
+    reds = [int(f.to_ndarray(format="rgb24")[0, 0, 0]) for f in frames]
+    np.testing.assert_allclose(reds, 20 * np.arange(3, 8), atol=4)

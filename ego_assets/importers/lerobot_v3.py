@@ -356,7 +356,7 @@ def cut_video(src: Path, dst: Path, first: int, count: int, fps: int) -> bool:
     picked = np.flatnonzero(inside)
     copyable = (
         info.uniform
-        and info.codec in lerobot_video.REMUX_CODECS
+        and _canonical_codec(src) in lerobot_video.REMUX_CODECS
         and len(frames) == info.frames
         and first in set(info.keyframes.tolist())
         and len(picked) == count
@@ -369,6 +369,13 @@ def cut_video(src: Path, dst: Path, first: int, count: int, fps: int) -> bool:
     return bool(copyable)
 
 
+def _canonical_codec(src: Path) -> str:
+    """The codec of the first video stream by its canonical name (``av1``, not the
+    ``libdav1d`` decoder that opens it)."""
+    with av.open(str(src)) as inp:
+        return str(inp.streams.video[0].codec_context.codec.canonical_name)
+
+
 def _copy_packets(
     src: Path, dst: Path, info: lerobot_video.SourceVideo, first: int, count: int, fps: int
 ) -> None:
@@ -377,7 +384,9 @@ def _copy_packets(
     opts = lerobot_video.MUX_OPTIONS
     with av.open(str(src)) as inp, av.open(str(dst), "w", format="mp4", options=opts) as out:
         ist = inp.streams.video[0]
-        ost = out.add_stream_from_template(ist)
+        # opaque: the codec parameters as they are (an AV1 stream opens with the libdav1d
+        # decoder, which is no encoder to look up)
+        ost = out.add_stream_from_template(ist, opaque=True)
         ost.time_base = out_tb
         for packet in inp.demux(ist):
             if not packet.size or packet.pts is None:
