@@ -368,14 +368,15 @@ def test_edited_transcript_makes_the_export_stale_and_the_next_ask_fresh(api: Ap
         assert f["holos/transcript/segments"][0]["text"] == b"edited words"
 
 
-def test_blocked_episode_fails_with_the_gate_reason(api: Api) -> None:
-    status, _ = api.call("POST", api.export(LOST))
-    assert status == 202
-    final = api.wait(LOST)[-1]
-    assert final["status"] == "failed" and final["artifact"] is None
-    assert "blocked" in final["error"] and LOST in final["error"]
-    run = api.instance.get_run_by_id(final["runId"])
-    assert run is not None and run.status == DagsterRunStatus.SUCCESS  # blocked is no crash
+def test_blocked_episode_is_refused_at_once_with_the_gate_reasons(api: Api) -> None:
+    for route in ("export-hdf5", "export-lerobot"):
+        status, body = api.call("POST", api.export(LOST, route), {"force": True})
+        assert status == 409, body
+        assert "blocked" in body["detail"] and LOST in body["detail"]
+        assert any("hand" in reason for reason in body["reasons"]), body
+    assert api.export_runs(LOST) == [] and api.export_runs(LOST, "ceres_episode") == []
+    status, body = api.call("GET", api.export(LOST))
+    assert (status, body["status"], body["runId"]) == (200, "none", None)
 
 
 def test_failed_run_reports_the_exporter_error(api: Api) -> None:
@@ -400,10 +401,12 @@ def test_folder_exports_download_as_one_tar(api: Api, route: str, fmt: str) -> N
     receipt = read_receipt(api.storage, fmt, WEB)
     assert receipt is not None
     artifact = final["artifact"]
-    assert artifact["filename"] == f"{WEB}.{fmt}.tar" and artifact["size"] == receipt.bytes
-    # a folder is served by the API as a tar, behind a signed expiring link
+    assert artifact["filename"] == f"{WEB}.{fmt}.tar" and final["progress"] == 1.0
+    # a folder is served by the API as a tar, behind a signed expiring link; the artifact
+    # describes exactly those bytes
     assert artifact["downloadUrl"].startswith(f"/downloads/{fmt}/{WEB}?")
     data = _get(api.url + artifact["downloadUrl"])
+    assert len(data) == artifact["size"] and _sha256(data) == artifact["sha256"]
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = [m for m in tar.getmembers() if m.isfile()]
         assert len(members) == receipt.files
@@ -444,8 +447,12 @@ def test_captures_page_from_click_to_downloaded_file(api: Api, tmp_path: Path) -
         table = driver.find_element(By.ID, "captures").text
         # the organization's captures only, with kind, duration, quality and gate
         assert GOOD in table and WEB in table and OTHER not in table
-        row = driver.find_element(By.ID, f"capture-{LOST}").text
-        assert "webxr" in row and "blocked" in row
+        lost = driver.find_element(By.ID, f"capture-{LOST}")
+        assert "webxr" in lost.text and "blocked" in lost.text
+        # its Export buttons are disabled, the gate's reasons in their title
+        buttons = lost.find_elements(By.CSS_SELECTOR, "td.export button")
+        assert buttons and all(not b.is_enabled() for b in buttons)
+        assert all("hand" in (b.get_attribute("title") or "") for b in buttons)
         web_row = driver.find_element(By.ID, f"capture-{WEB}")
         assert "2.0 s" in web_row.text
         stale = web_row.find_elements(By.CSS_SELECTOR, "td.export span.stale")

@@ -28,6 +28,8 @@ from fastapi import FastAPI
 
 from ego_assets.api.config import ApiConfig
 from ego_assets.api.context import ApiContext
+from ego_assets.api.errors import install_error_handlers
+from ego_assets.api.guard import IDLE_TIMEOUT_S, Guard
 from ego_assets.api.links import Presigner
 from ego_assets.api.middleware import AccessLog, FastGets, access_log
 from ego_assets.api.routes import captures, downloads, exports, health, session
@@ -73,8 +75,10 @@ def create_app(
     app.include_router(exports.export_router())
     for router in (downloads.router, session.router, captures.router, health.router):
         app.include_router(router)
+    install_error_handlers(app)
     app.add_middleware(FastGets, context=context)
-    app.add_middleware(AccessLog)  # outside FastGets: every request is logged
+    app.add_middleware(Guard)  # limits and security headers, the fast path's too
+    app.add_middleware(AccessLog)  # outermost: every request is logged
     return app
 
 
@@ -131,7 +135,8 @@ def serve_from_env(
             port=port,
             workers=workers,
             loop="uvloop",
-            http="httptools",
+            http="ego_assets.api.protocol:GuardedHttpToolsProtocol",  # head limits
+            timeout_keep_alive=int(IDLE_TIMEOUT_S),
             access_log=False,
             log_level="info",
         )

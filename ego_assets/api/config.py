@@ -3,8 +3,12 @@
 A TOML file (``ego-assets serve --config FILE`` or ``EGO_API_CONFIG``)::
 
     [links]
-    ttl_s = 900                      # lifetime of a download link (local and presigned)
+    ttl_s = 300                      # lifetime of a download link (local and presigned)
     secret_env = "EGO_API_LINK_SECRET"  # HMAC key of local download links (env variable)
+
+    [session]
+    cookie_secure = "auto"           # Secure cookie: "auto" (when the request came over
+                                     # https), "always" or "never"
 
     [organizations.holos]
     captures = ["holos-*", "hv-*"]   # capture ids of this organization (fnmatch patterns)
@@ -30,7 +34,8 @@ from typing import Any
 
 CONFIG_ENV = "EGO_API_CONFIG"
 DEFAULT_LINK_SECRET_ENV = "EGO_API_LINK_SECRET"
-DEFAULT_LINK_TTL_S = 900
+DEFAULT_LINK_TTL_S = 300  # a link is a bearer capability: short-lived
+COOKIE_SECURE = ("auto", "always", "never")
 
 
 class ConfigError(ValueError):
@@ -70,6 +75,8 @@ class ApiConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     # the environment variable the link/session key was read from
     secret_env: str = DEFAULT_LINK_SECRET_ENV
+    # when the session cookie is marked Secure (`COOKIE_SECURE`)
+    cookie_secure: str = "auto"
 
     def caller(self, token: str) -> Caller | None:
         """The caller holding ``token`` (None for an unknown token)."""
@@ -121,7 +128,22 @@ def parse_config(
     # Without a configured secret, links are signed with a per-process key (valid until
     # the server restarts; set the variable when several replicas serve one deployment).
     secret = secret_text.encode() if secret_text else secrets.token_bytes(32)
-    return ApiConfig(organizations, tokens, secret, ttl, source, secret_env=secret_env)
+    session = dict(doc.get("session", {}))
+    unknown = sorted(set(session) - {"cookie_secure"})
+    if unknown:
+        raise ConfigError(f"{source}: session.{unknown[0]}: unknown key (keys: cookie_secure)")
+    cookie_secure = session.get("cookie_secure", "auto")
+    if cookie_secure not in COOKIE_SECURE:
+        raise ConfigError(f"{source}: session.cookie_secure must be one of {COOKIE_SECURE}")
+    return ApiConfig(
+        organizations,
+        tokens,
+        secret,
+        ttl,
+        source,
+        secret_env=secret_env,
+        cookie_secure=cookie_secure,
+    )
 
 
 def load_config(path: str | Path | None = None) -> ApiConfig:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import orjson
 from fastapi import Depends, HTTPException, Request
@@ -17,9 +19,8 @@ from starlette.concurrency import run_in_threadpool
 
 from ego_assets.api.config import ApiConfig, Caller, hash_token
 from ego_assets.api.links import LinkSigner, Presigner, is_file
-from ego_assets.api.service import ExportService, ExportState
+from ego_assets.api.service import Artifact, ExportService, ExportState
 from ego_assets.api.snapshot import ServedStates
-from ego_assets.catalog.receipts import ExportReceipt
 from ego_assets.dagster_client import ExportTarget, export_target
 from ego_assets.errors import CaptureKeyError
 
@@ -28,30 +29,62 @@ SESSION_TTL_S = 12 * 3600
 # What the captures page sends with every API call it makes with its session cookie (a
 # cross-site form or image cannot set a header, so a cookie alone never exports).
 PAGE_HEADER = "x-ego-page"
+MAX_COOKIE_CHARS = 256  # a session cookie is about 120 characters
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CROSS_ORIGIN = "refused: not sent from this server's page (Origin/Referer)"
 
 
 class Sessions:
-    """Signed page sessions: ``<token digest>.<expiry>.<hmac>`` in an HttpOnly cookie."""
+    """Signed page sessions in an HttpOnly cookie: ``<session id>.<expiry>.<hmac>``.
 
-    def __init__(self, secret: bytes) -> None:
+    The session id is an HMAC of the token's digest under the server's key: it names the
+    token to this server only (not the digest ``api.toml`` stores, not derivable from
+    it without the key), and a token removed from the configuration ends its sessions.
+    A cookie of another shape (too long, not ASCII, an expiry that is no epoch second)
+    is no session.
+    """
+
+    def __init__(self, secret: bytes, tokens: Mapping[str, Caller]) -> None:
         self._secret = secret
+        self._callers = {self._session_id(digest): c for digest, c in tokens.items()}
 
-    def _sig(self, digest: str, expires: int) -> str:
-        return hmac.new(self._secret, f"{digest}.{expires}".encode(), hashlib.sha256).hexdigest()
+    def _mac(self, text: str) -> str:
+        return hmac.new(self._secret, text.encode(), hashlib.sha256).hexdigest()
+
+    def _session_id(self, token_digest: str) -> str:
+        return self._mac(f"session id\n{token_digest}")[:32]
 
     def make(self, token: str) -> str:
         expires = int(time.time()) + SESSION_TTL_S
-        digest = hash_token(token).removeprefix("sha256:")
-        return f"{digest}.{expires}.{self._sig(digest, expires)}"
+        session_id = self._session_id(hash_token(token))
+        return f"{session_id}.{expires}.{self._mac(f'{session_id}.{expires}')}"
 
-    def digest(self, cookie: str) -> str | None:
+    def caller(self, cookie: str) -> Caller | None:
+        """The cookie's caller (None: not a valid, unexpired session of a known token)."""
+        if len(cookie) > MAX_COOKIE_CHARS or not cookie.isascii():
+            return None
         parts = cookie.split(".")
-        if len(parts) != 3 or not parts[1].isdigit():
+        if len(parts) != 3 or not (parts[1].isdigit() and len(parts[1]) <= 12):
             return None
-        digest, expires, sig = parts[0], int(parts[1]), parts[2]
-        if not hmac.compare_digest(sig, self._sig(digest, expires)) or expires < time.time():
+        session_id, expires, sig = parts
+        expected = self._mac(f"{session_id}.{expires}")
+        if not hmac.compare_digest(sig, expected) or int(expires) < time.time():
             return None
-        return digest
+        return self._callers.get(session_id)
+
+
+def same_origin(request: Request) -> bool:
+    """Whether a browser sent ``request`` from this server's own pages: its ``Origin``
+    (else its ``Referer``) names the host the request was sent to (``Host``)."""
+    source = request.headers.get("origin") or request.headers.get("referer")
+    host = request.headers.get("host")
+    if not source or not host or source == "null":
+        return False
+    try:
+        parts = urlsplit(source)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
 
 
 @dataclass
@@ -70,7 +103,7 @@ class ApiContext:
 
     def __post_init__(self) -> None:
         self.signer = LinkSigner(self.config.link_secret, self.config.link_ttl_s)
-        self.sessions = Sessions(self.config.link_secret)
+        self.sessions = Sessions(self.config.link_secret, self.config.tokens)
         self.reuse_s = min(60.0, self.config.link_ttl_s / 10)
 
     def caller_of(self, request: Request, *, page: bool = False) -> Caller | None:
@@ -80,19 +113,27 @@ class ApiContext:
             return self.config.caller(header[7:].strip())
         cookie = request.cookies.get(SESSION_COOKIE)
         if cookie and (page or request.headers.get(PAGE_HEADER)):
-            digest = self.sessions.digest(cookie)
-            return self.config.tokens.get(f"sha256:{digest}") if digest else None
+            return self.sessions.caller(cookie)
         return None
 
     def authorize(self, request: Request) -> Caller:
-        """The caller, noted for the access log; 401 without a known token or session."""
+        """The caller, noted for the access log; 401 without a known token or session,
+        403 for a page call (session cookie) that changes something from another origin."""
         caller = self.caller_of(request)
         if caller is None:
             raise HTTPException(
                 401, "missing or unknown bearer token", headers={"WWW-Authenticate": "Bearer"}
             )
+        by_cookie = request.headers.get("authorization", "")[:7].lower() != "bearer "
+        if by_cookie and request.method not in SAFE_METHODS and not same_origin(request):
+            raise HTTPException(403, CROSS_ORIGIN)
         request.state.caller = caller
         return caller
+
+    def secure_cookie(self, request: Request) -> bool:
+        """Whether the session cookie is marked Secure (``session.cookie_secure``)."""
+        mode = self.config.cookie_secure
+        return mode == "always" or (mode == "auto" and request.url.scheme == "https")
 
     def target_for(self, caller: Caller, capture_id: str, export_format: str) -> ExportTarget:
         """The export a path names: 422 for a bad id, 404 for another organization's."""
@@ -109,10 +150,13 @@ class ApiContext:
         if not await run_in_threadpool(self.service.capture_exists, target.capture_id):
             raise HTTPException(404, f"capture {target.capture_id} not found")
 
-    def download_url(self, receipt: ExportReceipt) -> str:
+    def download_url(self, artifact: Artifact) -> str:
+        """A presigned S3 URL of a file on S3, else the API's signed link (bound to the
+        SHA-256 of the bytes it serves)."""
+        receipt = artifact.receipt
         if self.presigner is not None and is_file(receipt):
             return self.presigner.url(receipt)
-        return self.signer.local_url(receipt.format, receipt.capture_key, receipt.sha256)
+        return self.signer.local_url(receipt.format, receipt.capture_key, artifact.sha256)
 
     def rendered(self, state: ExportState) -> bytes:
         """The state's JSON answer (made again once older than `reuse_s`)."""

@@ -3,10 +3,14 @@
 * A single-file artefact on S3: a presigned ``GET`` URL from the client of dagster-aws's
   `S3Resource` (the object itself, ``Content-Disposition: attachment``), valid ``ttl_s``.
 * Everything else (a file on local storage, a folder artefact anywhere, sent as one
-  uncompressed tar): ``/downloads/<format>/<capture>?sha256=..&expires=..&sig=..``
-  served by the API itself. ``sig`` is an HMAC-SHA256 over format, capture, the
-  artefact's SHA-256 and the expiry, so a link is bound to one version of one artefact
-  and stops working when it expires or when a new export replaces the artefact.
+  uncompressed tar, `ego_assets.api.tarball`):
+  ``/downloads/<format>/<capture>?sha256=..&expires=..&sig=..`` served by the API
+  itself. ``sig`` is an HMAC-SHA256 over format, capture, the SHA-256 of the bytes served
+  (the file's, or the tar's) and the expiry, so a link is bound to one version of one
+  artefact and stops working when it expires or when a new export replaces the artefact.
+
+A link is a bearer capability: whoever holds it downloads that one version until it
+expires, without a token (like a presigned S3 URL), hence its short default lifetime.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from urllib.parse import urlencode
 
 from ego_assets.catalog.receipts import ExportReceipt
 from ego_assets.storage import Storage
+
+MAX_EXPIRES = 10**12  # epoch s: a link's expiry beyond this is no link of ours
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,10 @@ class LinkSigner:
         self, fmt: str, capture: str, sha256: str, expires: int, sig: str, now: float | None = None
     ) -> str | None:
         """None when the link is valid, else why not."""
-        if not hmac.compare_digest(sig, self._sig(fmt, capture, sha256, expires)):
+        if not 0 <= expires < MAX_EXPIRES or len(fmt) + len(capture) + len(sha256) > 512:
+            return "invalid link"
+        expected = self._sig(fmt, capture, sha256, expires)
+        if not hmac.compare_digest(sig.encode(), expected.encode()):
             return "invalid link signature"
         if expires < (now or time.time()):
             return "link expired"

@@ -15,7 +15,7 @@ from ego_assets.errors import CaptureKeyError
 from ego_assets.exports import registry
 
 access_log = logging.getLogger("ego_assets.api.access")
-# Remembered tokens and (organization, capture, format) look-ups of the GET fast path.
+# Remembered (organization, capture, format) look-ups of the GET fast path.
 FAST_CACHE_SIZE = 10_000
 
 
@@ -29,8 +29,10 @@ class FastGets:
         self.app = app
         self.ctx = context
         self.formats_by_route = {f.route: f.name for f in registry.formats()}
-        # tokens and (organization, capture, format) look-ups, remembered (bounded)
-        self.callers: dict[bytes, Caller | None] = {}
+        # (organization, capture, format) -> the export, None: the route answers 404;
+        # only valid capture ids (at most 128 characters) are remembered, at most
+        # `FAST_CACHE_SIZE` of them. Tokens are not remembered: a token's caller is one
+        # SHA-256 and one dict look-up away (`ApiConfig.caller`).
         self.targets: dict[tuple[str, str, str], ExportTarget | None] = {}
 
     def lookup(self, scope: Scope) -> tuple[Caller, bytes] | None:
@@ -43,24 +45,19 @@ class FastGets:
         if fmt is None or header[:7].lower() != b"bearer ":
             return None
         config = self.ctx.config
-        if header not in self.callers:
-            if len(self.callers) >= FAST_CACHE_SIZE:
-                self.callers.clear()
-            self.callers[header] = config.caller(header[7:].decode("latin-1").strip())
-        caller = self.callers[header]
+        caller = config.caller(header[7:].decode("latin-1").strip())
         if caller is None:
             return None  # the route answers 401
         key = (caller.organization, parts[2], fmt)
         if key not in self.targets:
+            try:
+                target = export_target(parts[2], fmt)
+            except CaptureKeyError:
+                return None  # the route answers 422
             if len(self.targets) >= FAST_CACHE_SIZE:
                 self.targets.clear()
-            try:
-                target: ExportTarget | None = export_target(parts[2], fmt)
-            except CaptureKeyError:
-                target = None  # the route answers 422
-            if target is not None and not config.owns(caller, target.capture_id):
-                target = None  # the route answers 404
-            self.targets[key] = target
+            owned = config.owns(caller, target.capture_id)
+            self.targets[key] = target if owned else None  # else the route answers 404
         found = self.targets[key]
         state = self.ctx.served.cached(found) if found is not None else None
         return None if state is None else (caller, self.ctx.rendered(state))

@@ -10,14 +10,18 @@ the download link, which the page also opens. A stale artefact is marked ``stale
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 from collections.abc import Callable
 from typing import Any
 
+from fastapi.responses import HTMLResponse
+
 from ego_assets.api.config import ApiConfig, Caller
+from ego_assets.api.service import Artifact
 from ego_assets.api.snapshot import ServedStates
-from ego_assets.catalog.receipts import ExportReceipt
 from ego_assets.dagster_client import export_target
 from ego_assets.exports import registry
 from ego_assets.pipeline import stored_gate
@@ -26,11 +30,15 @@ from ego_assets.trajectory.store import CAPTURE_JSON
 PAGE_SIZE = 100  # registered captures per page
 
 
+class CursorError(ValueError):
+    """``after`` is not a captures page cursor."""
+
+
 def captures_rows(
     served: ServedStates,
     config: ApiConfig,
     caller: Caller,
-    download_url: Callable[[ExportReceipt], str],
+    download_url: Callable[[Artifact], str],
     after: str | None = None,
     limit: int = PAGE_SIZE,
 ) -> tuple[list[dict[str, Any]], str | None]:
@@ -38,7 +46,10 @@ def captures_rows(
     registered ones after cursor ``after``, in registration order) and the next cursor."""
     rows = []
     storage = served.service.storage
-    keys, next_after = served.service.capture_page(after, limit)
+    try:
+        keys, next_after = served.service.capture_page(after, limit)
+    except ValueError as exc:  # e.g. not base64: Dagster's words stay in the log
+        raise CursorError("not a captures page cursor") from exc
     for key in (k for k in keys if config.owns(caller, k)):
         row: dict[str, Any] = {"id": key, "kind": "", "duration": None, "quality": "", "gate": ""}
         header = storage.stage_path("trajectory", key) / CAPTURE_JSON
@@ -50,6 +61,8 @@ def captures_rows(
         if gate is not None:
             row["quality"], row["gate"] = gate.status, gate.verdict
             row["reasons"] = list(gate.reasons)
+        blocked = served.service.blocked_formats(key, gate)
+        row["blocked"] = {fmt: str(refusal) for fmt, refusal in blocked.items()}
         exports = {}
         for fmt in registry.names():
             target = export_target(key, fmt)
@@ -60,12 +73,17 @@ def captures_rows(
     return rows, next_after
 
 
-def _cell(key: str, fmt: str, state: dict[str, Any]) -> str:
+def _cell(key: str, fmt: str, state: dict[str, Any], blocked: str | None) -> str:
+    """An export's cell; its button disabled, with the gate's reasons as its title, when
+    the export policy blocks the export."""
     export = registry.by_name(fmt)
     data = html.escape(json.dumps(state), quote=True)
+    refused = ""
+    if blocked:
+        refused = f' disabled title="{html.escape(blocked, quote=True)}" data-blocked="1"'
     return (
         f'<td class="export" data-capture="{html.escape(key)}" data-route="{export.route}" '
-        f'data-state="{data}"><button type="button">Export {export.label}</button>'
+        f'data-state="{data}"><button type="button"{refused}>Export {export.label}</button>'
         '<progress max="1" value="0" hidden></progress><span class="state"></span> '
         '<a class="download" hidden>download</a></td>'
     )
@@ -77,7 +95,10 @@ def render_page(caller: Caller, rows: list[dict[str, Any]], next_url: str | None
     for row in rows:
         duration = f"{row['duration']:.1f} s" if row["duration"] is not None else ""
         reasons = html.escape("; ".join(row.get("reasons", [])), quote=True)
-        cells = "".join(_cell(row["id"], f, row["exports"][f]) for f in registry.names())
+        cells = "".join(
+            _cell(row["id"], f, row["exports"][f], row.get("blocked", {}).get(f))
+            for f in registry.names()
+        )
         body.append(
             f'<tr id="capture-{html.escape(row["id"])}"><td>{html.escape(row["id"])}</td>'
             f"<td>{html.escape(row['kind'])}</td><td>{duration}</td>"
@@ -132,7 +153,7 @@ function show(cell, s) {
   if (s.status === 'in_progress') label += ' ' + Math.round(100 * s.progress) + '%';
   if (s.error) label += ': ' + s.error;
   text.textContent = label; text.className = 'state ' + s.status;
-  button.disabled = open;
+  button.disabled = open || button.dataset.blocked === '1';
   const a = s.artifact;
   link.hidden = !a || open;
   if (a) {
@@ -183,3 +204,21 @@ PAGE = (
     "</tbody></table>{more}<script>" + SCRIPT.replace("{", "{{").replace("}", "}}") + "</script>"
     "</body></html>"
 )
+
+
+def _source_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+# The pages' Content-Security-Policy: their own inline script and style only (by hash),
+# calls to this server only, never in a frame.
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; script-src {_source_hash(SCRIPT)}; style-src {_source_hash(STYLE)}; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+def html_page(text: str, status_code: int = 200) -> HTMLResponse:
+    """An HTML answer of the page's with its Content-Security-Policy."""
+    headers = {"Content-Security-Policy": CONTENT_SECURITY_POLICY}
+    return HTMLResponse(text, status_code, headers=headers)

@@ -38,8 +38,9 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from ego_assets.api.errors import DagsterUnavailable, ExportBlocked
 from ego_assets.catalog.receipts import ExportReceipt, read_receipt
 from ego_assets.dagster_client import (
     EXPORT_TAG,
@@ -57,19 +58,35 @@ from ego_assets.dagster_client import (
 )
 from ego_assets.exports import registry
 from ego_assets.pipeline import expected_gate_version, quality_version, stored_gate
-from ego_assets.quality.gate import ExportBlockedError, require_gate
+from ego_assets.quality.gate import ExportBlockedError, Gate, require_gate
 from ego_assets.storage import Storage
 
 log = logging.getLogger(__name__)
 
 WAITING_PHASE = "waiting for a worker"
 PREPARING_PHASE = "preparing"
+MAX_MEMORY_DIGESTS = 4096
 
 
 class Launcher(Protocol):
     """Starts an export run: returns its run id."""
 
     def launch(self, target: ExportTarget, run_config: dict[str, Any]) -> str: ...
+
+
+def _unreachable(exc: BaseException) -> BaseException | None:
+    """The connection failure (refused, timed out, a proxy's 5xx) behind ``exc``, if any."""
+    import requests
+    from gql.transport.exceptions import TransportConnectionFailed, TransportServerError
+
+    kinds = (requests.ConnectionError, requests.Timeout)
+    kinds += (TransportConnectionFailed, TransportServerError)  # type: ignore[assignment]
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, kinds):
+            return cause
+        cause = cause.__cause__
+    return None
 
 
 @dataclass
@@ -95,7 +112,7 @@ class ExportState:
     # (monotonic time, JSON body) of the last answer made from this state (the API's)
     rendered: tuple[float, bytes] | None = field(default=None, repr=False, compare=False)
 
-    def to_json(self, download_url: Callable[[ExportReceipt], str]) -> dict[str, Any]:
+    def to_json(self, download_url: Callable[[Artifact], str]) -> dict[str, Any]:
         artifact = None
         if self.artifact is not None:
             a = self.artifact
@@ -103,7 +120,7 @@ class ExportState:
                 "filename": a.filename,
                 "size": a.size,
                 "sha256": a.sha256,
-                "downloadUrl": download_url(a.receipt),
+                "downloadUrl": download_url(a),
                 "resolvedAt": a.resolved_at,
                 "current": a.current,
             }
@@ -117,6 +134,34 @@ class ExportState:
             "artifact": artifact,
             "error": self.error,
         }
+
+
+class DigestCache(Protocol):
+    """(bytes, SHA-256) of served tars by artefact version."""
+
+    def digest(self, key: str) -> tuple[int, str] | None: ...
+
+    def keep_digest(self, key: str, size: int, sha256: str) -> None: ...
+
+
+class MemoryDigests:
+    """A `DigestCache` of this process (at most `MAX_MEMORY_DIGESTS`, oldest dropped)."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, tuple[int, str]] = {}
+
+    def digest(self, key: str) -> tuple[int, str] | None:
+        return self._found.get(key)
+
+    def keep_digest(self, key: str, size: int, sha256: str) -> None:
+        if len(self._found) >= MAX_MEMORY_DIGESTS:
+            self._found.pop(next(iter(self._found)))
+        self._found[key] = (size, sha256)
+
+
+def tar_mtime(receipt: ExportReceipt) -> int:
+    """The members' modification time in a folder's tar: the export's (epoch s)."""
+    return int(_epoch(receipt.exported_at))
 
 
 AskLock = Callable[[ExportTarget], contextlib.AbstractContextManager[None]]
@@ -140,6 +185,8 @@ class ExportService:
     _errors: dict[str, str] = field(default_factory=dict)
     _quality_code: str = field(default_factory=quality_version)
     _known: set[str] = field(default_factory=set)
+    # the tars' digests (`served_digest`); the snapshot store shares them between processes
+    digests: DigestCache = field(default_factory=lambda: MemoryDigests())
 
     @contextlib.contextmanager
     def _asking(self, target: ExportTarget) -> Iterator[None]:
@@ -185,6 +232,7 @@ class ExportService:
         state = ExportState(target.capture_id, target.format, "none", artifact=artifact)
         if run is None:
             state.status = "ready" if artifact else "none"
+            state.progress = 1.0 if artifact else 0.0
             return state
         state.run_id = run.run_id
         if run.queued:
@@ -217,14 +265,32 @@ class ExportService:
             receipt.code_version == self.code_versions.get(receipt.format)
             and receipt.input_data_version == expected
         )
+        size, sha256 = self.served_digest(receipt)
         return Artifact(
             filename=artefact_name(receipt),
-            size=receipt.bytes,
-            sha256=receipt.sha256,
+            size=size,
+            sha256=sha256,
             resolved_at=receipt.exported_at,
             current=current,
             receipt=receipt,
         )
+
+    def served_digest(self, receipt: ExportReceipt) -> tuple[int, str]:
+        """(bytes, SHA-256) of what a download of the artefact serves: the receipt's for a
+        file; for a folder, its tar's (`ego_assets.api.tarball`), computed once per
+        artefact version and remembered in ``digests``."""
+        from ego_assets.api.links import is_file
+        from ego_assets.api.tarball import tar_digest
+
+        if is_file(receipt):
+            return receipt.bytes, receipt.sha256
+        key = f"{receipt.format}/{receipt.capture_key}/{receipt.sha256}/{receipt.exported_at}"
+        found = self.digests.digest(key)
+        if found is None:
+            with self.storage.read_dir(self.storage.root / receipt.path) as folder:
+                found = tar_digest(folder, tar_mtime(receipt))
+            self.digests.keep_digest(key, *found)
+        return found
 
     def _why_not_exported(self, target: ExportTarget) -> str:
         key = target.partition_key
@@ -268,16 +334,51 @@ class ExportService:
             artifact = state.artifact
             matches = self._options_match(target, options)
             if not force and artifact is not None and artifact.current and matches:
-                state.status, state.error = "ready", None
+                state.status, state.error, state.progress = "ready", None, 1.0
                 return False, state
+            self._refuse_if_blocked(target)
             if self.launcher is None:
                 raise RuntimeError("this export service cannot launch runs (no launcher)")
             config = {**options, "force": force}
-            run_id = self.launcher.launch(target, {"ops": {target.format: {"config": config}}})
+            try:
+                run_id = self.launcher.launch(target, {"ops": {target.format: {"config": config}}})
+            except Exception as exc:
+                cause = _unreachable(exc)
+                if cause is None:
+                    raise
+                raise DagsterUnavailable(f"Dagster webserver: {cause}") from exc
             log.info("export %s/%s: run %s launched", target.format, target.capture_id, run_id)
             queued = ExportState(target.capture_id, target.format, "queued", run_id=run_id)
             queued.phase, queued.artifact = WAITING_PHASE, artifact
             return True, queued
+
+    def blocked_formats(
+        self, key: str, gate: Gate | Literal["read"] | None = "read"
+    ) -> dict[str, ExportBlocked]:
+        """The formats a run could not export ``key`` in now, with why: the capture's
+        gate (``gate``, read when not given) is current (made from the raw copy, quality
+        code and waivers there are now) and its export policy blocks them. Empty when
+        there is no current gate yet: the run then judges the capture first."""
+        found = stored_gate(self.storage, key) if gate == "read" else gate
+        if found is None:
+            return {}
+        refused = [f for f in registry.formats() if not found.allows(f.policy_key)]
+        if not refused:
+            return {}
+        if found.data_version != expected_gate_version(self.storage, key, self._quality_code):
+            return {}
+        blocked = {}
+        for export in refused:
+            try:
+                require_gate(found, key, export.policy_key)
+            except ExportBlockedError as exc:
+                blocked[export.name] = ExportBlocked(str(exc), tuple(found.reasons))
+        return blocked
+
+    def _refuse_if_blocked(self, target: ExportTarget) -> None:
+        refusal = self.blocked_formats(target.partition_key).get(target.format)
+        if refusal is not None:
+            raise refusal
 
     def _options_match(self, target: ExportTarget, options: Mapping[str, Any]) -> bool:
         """Whether the stored artefact was written with ``options`` (Holos: decode_frames)."""

@@ -83,6 +83,11 @@ CREATE TABLE IF NOT EXISTS watched (
 );
 CREATE INDEX IF NOT EXISTS watched_partition ON watched (format, partition_key);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS digests (
+    artefact TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    sha256 TEXT NOT NULL
+);
 """
 
 
@@ -249,6 +254,22 @@ class SnapshotStore:
         row = self._conn().execute("SELECT value FROM meta WHERE name = 'heartbeat'").fetchone()
         return None if row is None else float(row[0])
 
+    def digest(self, key: str) -> tuple[int, str] | None:
+        """A served tar's (bytes, SHA-256) by artefact version (`ExportService.digests`)."""
+        row = (
+            self._conn()
+            .execute("SELECT size, sha256 FROM digests WHERE artefact = ?", (key,))
+            .fetchone()
+        )
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def keep_digest(self, key: str, size: int, sha256: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO digests (artefact, size, sha256) VALUES (?, ?, ?)",
+                (key, size, sha256),
+            )
+
     @contextlib.contextmanager
     def ask_lock(self, target: ExportTarget) -> Iterator[None]:
         """Held by one process (and thread) at a time per export: ``flock`` on its file."""
@@ -269,6 +290,7 @@ class Refresher:
     ) -> None:
         self.service = service
         self.store = store
+        service.digests = store  # tar digests shared with the server workers
         self.tick_s = tick_s
         self.revalidate_s = revalidate_s
         self.watch_s = watch_s
@@ -391,6 +413,7 @@ class ServedStates:
     def __init__(self, service: ExportService, store: SnapshotStore) -> None:
         self.service = service
         self.store = store
+        service.digests = store  # tar digests shared with the refresher and other workers
         self.mirror = Mirror(store)
 
     def cached(self, target: ExportTarget) -> ExportState | None:

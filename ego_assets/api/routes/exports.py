@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -17,7 +17,7 @@ from ego_assets.exports import registry
 class ExportRequest(BaseModel):
     """Body of ``POST .../export-lerobot`` and ``.../export-webdataset``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # true/false only, never "yes"
     force: bool = Field(default=False, description="export again even when a current one exists")
 
 
@@ -44,9 +44,12 @@ async def ask_export(
     """Ask for the export: 202 with a new run, 200 with the open run or a current artefact."""
     caller = ctx.authorize(request)
     target = ctx.target_for(caller, capture_id, fmt)
-    raw = await request.body()
     try:
-        ask = model.model_validate_json(raw) if raw.strip() else model()
+        text = (await request.body()).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HTTPException(400, "the request body is not UTF-8") from exc
+    try:
+        ask = model.model_validate_json(text) if text.strip() else model()
     except ValidationError as exc:
         raise RequestValidationError(exc.errors(include_url=False)) from exc
     await ctx.known(target)
