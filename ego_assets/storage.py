@@ -31,10 +31,13 @@ and the uploaders are different processes, and a cached listing would hide their
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import logging
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,18 +67,56 @@ def raw_capture_dir(raw: _P) -> _P:
 LOCKS_DIR = ".locks"
 
 
+class LockTimeout(TimeoutError):
+    """`exclusive_lock` waited its whole ``timeout_s`` (seconds) for ``holder``."""
+
+    def __init__(self, path: Path, holder: str, timeout_s: float) -> None:
+        super().__init__(f"{path} is held by {holder}; gave up after waiting {timeout_s:g} s")
+        self.path, self.holder, self.timeout_s = path, holder, timeout_s
+
+
 @contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
+def exclusive_lock(path: Path, timeout_s: float | None = None) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the file ``path`` (created, with its folders) for the
     block: one holder at a time across processes and threads (each call opens its own
-    descriptor); the kernel drops the lock of a process that died."""
+    descriptor); the kernel drops the lock of a process that died.
+
+    The holder writes ``pid <pid> on <host> since <UTC time>`` into the file. With
+    ``timeout_s`` (seconds) the wait is bounded: `LockTimeout` names that holder.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _acquire(fd, path, timeout_s)
+        holder = f"pid {os.getpid()} on {socket.gethostname()} since {_utc_now()}\n"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder.encode(), 0)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _acquire(fd: int, path: Path, timeout_s: float | None) -> None:
+    """``flock`` ``fd`` exclusively, polling (0.05 s, growing to 1 s) until ``timeout_s``."""
+    if timeout_s is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    deadline = time.monotonic() + timeout_s
+    pause = 0.05
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = Path(path).read_text(errors="replace").strip() or "another process"
+                raise LockTimeout(Path(path), holder, timeout_s) from None
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
+
+
+def _utc_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 STAGES = ("raw", "trajectory", "quality", "exports", "catalog")
@@ -157,7 +198,7 @@ class Storage:
         """
         if is_local(target):
             path = Path(target.path)
-            with self._writer_lock(path):  # no live writer's staging folder is a leftover
+            with self.writer_lock(path):  # no live writer's staging folder is a leftover
                 remove_leftovers(path)
                 with atomic_directory(path) as tmp:
                     yield tmp
@@ -172,7 +213,7 @@ class Storage:
             report(UPLOAD_TASK, 1, 1)
 
     @contextmanager
-    def _writer_lock(self, target: Path) -> Iterator[None]:
+    def writer_lock(self, target: Path, timeout_s: float | None = None) -> Iterator[None]:
         """Hold the exclusive lock of one local target folder (``flock``, across processes).
 
         Two runs may write the same folder at once (an export asked for over the API while
@@ -180,14 +221,14 @@ class Storage:
         so neither loses its staging folder to the other's clean-up, and the renames that
         publish a folder never interleave. The lock files live in ``<root>/.locks/`` (no
         listing of a stage or export folder sees them); the kernel drops a lock whose
-        process died.
+        process died. ``timeout_s`` bounds the wait (`LockTimeout`; None: no bound).
         """
         root = Path(self.root.path)
         try:
             relative = target.relative_to(root)
         except ValueError:
             relative = Path(*target.parts[1:])
-        with exclusive_lock(root / LOCKS_DIR / f"{relative.as_posix()}.lock"):
+        with exclusive_lock(root / LOCKS_DIR / f"{relative.as_posix()}.lock", timeout_s):
             yield
 
     def write_file(self, location: UPath, data: bytes) -> None:

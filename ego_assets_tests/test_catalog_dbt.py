@@ -9,7 +9,10 @@ exporters call.
 import datetime as dt
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -25,7 +28,13 @@ from ego_assets.catalog.receipts import (
     write_receipt,
 )
 from ego_assets.catalog.sources import stage_rows
-from ego_assets.catalog.warehouse import catalog_database, query, run_dbt
+from ego_assets.catalog.warehouse import (
+    WAIT_ENV,
+    catalog_database,
+    published_problem,
+    query,
+    run_dbt,
+)
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 
@@ -390,3 +399,152 @@ def test_an_episode_the_exporter_skipped_shows_skipped_with_its_reason(root):
         assert (egosmith["exported"], egosmith["skipped"], egosmith["missing"]) == (0, 1, 0)
         assert egosmith["skipped_keys"] == [CLEAN]
         assert egosmith["missing_keys"] == []
+
+
+# A catalog build in a child process that SIGKILLs itself at ``argv[2]``: "staged" (the
+# staging transaction committed in the working copy), "episodes built" (dbt finished the
+# table, not yet the views), "publish" (the copy checkpointed, about to be renamed).
+KILLED_BUILD = """
+import os, sys
+from dbt.cli.main import dbtRunner
+from ego_assets.catalog import warehouse
+from ego_assets.catalog.sources import stage_rows
+from ego_assets.storage import Storage
+
+root, point = sys.argv[1], sys.argv[2]
+
+def die(where):
+    if where == point:
+        os.kill(os.getpid(), 9)
+
+def on_event(event):
+    if event.info.name == "NodeFinished" and event.data.node_info.node_name == "episodes":
+        die("episodes built")
+
+rename = os.replace
+def replace(src, dst):
+    die("publish")
+    rename(src, dst)
+os.replace = replace
+
+storage = Storage(root)
+with warehouse.catalog_database(storage, write=True) as db:
+    stage_rows(storage, db)
+    die("staged")
+    os.environ.update(warehouse.dbt_env(db))
+    project = str(warehouse.dbt_project_dir())
+    where = ["--project-dir", project, "--profiles-dir", project, "--quiet"]
+    assert dbtRunner(callbacks=[on_event]).invoke(["build", *where]).success
+"""
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _killed_build(root: Path, point: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", KILLED_BUILD, str(root), point],
+        cwd=REPO,
+        timeout=600,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == -9, f"the build was not killed at {point!r}: {run.stderr[-2000:]}"
+
+
+def _episodes(database: Path) -> list[str]:
+    return [
+        r["capture_key"] for r in _rows(database, "select capture_key from episodes order by 1")
+    ]
+
+
+def test_a_build_killed_at_any_point_leaves_the_old_catalog_or_none(root, capsys):
+    storage = Storage(root)
+    published = root / "catalog" / "warehouse" / "catalog.duckdb"
+    for point in ("staged", "episodes built"):  # the first build: nothing is published
+        _killed_build(root, point)
+        assert not published.exists(), point
+        assert published_problem(storage) == "no catalog yet"
+    assert run_catalog(root, build=True) == 0
+    assert _episodes(published) == [CLEAN, FAULTY]
+
+    _land_new_capture(storage, root)
+    for point in ("staged", "episodes built", "publish"):  # a refresh: the old catalog stays
+        _killed_build(root, point)
+        assert published_problem(storage) is None, point
+        assert _episodes(published) == [CLEAN, FAULTY], point
+        assert _rows(published, "select count(*) n from platform.raw_manifests") == [{"n": 2}]
+        leftovers = [p.name for p in published.parent.iterdir() if p.name.startswith(".")]
+        assert len(leftovers) == 1, leftovers  # the dead writer's working folder, until...
+    capsys.readouterr()
+    assert run_catalog(root, build=True) == 0  # ...the next writer removes it
+    # the new capture's manifest, header, quality rows and gate
+    assert "staged 4 changed files" in capsys.readouterr().out
+    assert _episodes(published) == [CLEAN, FAULTY, NEW]
+    assert sorted(p.name for p in published.parent.iterdir()) == ["catalog.duckdb"]
+
+
+def test_a_broken_catalog_is_reported_then_rebuilt(root, capsys):
+    storage = Storage(root)
+    published = root / "catalog" / "warehouse" / "catalog.duckdb"
+    published.parent.mkdir(parents=True)
+    stage_rows(storage, published)  # staged in place, then killed before dbt (older versions)
+    assert published_problem(storage) == (
+        "models not built yet: dataset_composition, episodes, export_coverage, quality_trends"
+    )
+    assert run_catalog(root) == 1
+    printed = capsys.readouterr().out
+    assert printed.count("\n") == 1 and "models not built yet" in printed
+    assert run_catalog(root, build=True) == 0
+    assert _episodes(published) == [CLEAN, FAULTY]
+
+    published.write_bytes(b"not a database " * 1000)  # a file DuckDB cannot open
+    assert published_problem(storage).startswith("unreadable: ")
+    assert run_catalog(root) == 1
+    assert run_catalog(root, sql="select 1") == 1
+    capsys.readouterr()
+    assert run_catalog(root, build=True) == 0  # rebuilt from an empty file: all staged again
+    assert "staged 11 changed files" in capsys.readouterr().out  # 2 x 4 files, 3 formats
+    assert _episodes(published) == [CLEAN, FAULTY]
+    assert run_catalog(root, sql="select nope from episodes") == 1
+    assert capsys.readouterr().out.startswith("query failed: Binder Error")
+
+
+BUILD = (
+    "import sys; from ego_assets.catalog.cli import run_catalog; "
+    "sys.exit(run_catalog(sys.argv[1], build=True))"
+)
+
+
+def test_two_builds_at_once_take_turns(root):
+    builds = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUILD, str(root)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [b.communicate(timeout=900) for b in builds]
+    assert [b.returncode for b in builds] == [0, 0], [err[-2000:] for _, err in outputs]
+    staged = sorted(out.splitlines()[0] for out, _ in outputs)
+    # the second found the first's staging published: nothing left to stage
+    assert staged == ["staged 0 changed files", "staged 11 changed files"]
+    assert all("export coverage" in out for out, _ in outputs)
+    published = root / "catalog" / "warehouse" / "catalog.duckdb"
+    assert _episodes(published) == [CLEAN, FAULTY]
+    assert sorted(p.name for p in published.parent.iterdir()) == ["catalog.duckdb"]
+
+
+def test_a_second_writer_gives_up_after_its_bounded_wait(root, monkeypatch, capsys):
+    storage = Storage(root)
+    monkeypatch.setenv(WAIT_ENV, "0.5")
+    with storage.writer_lock(root / "catalog" / "warehouse"):
+        assert run_catalog(root, build=True) == 1
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("catalog not built: the catalog ")
+    assert f"is being written by pid {os.getpid()} on " in line
+    assert line.endswith(
+        f"gave up after waiting 0.5 s (${WAIT_ENV}): run again when that writer has finished"
+    )
+    assert not (root / "catalog" / "warehouse" / "catalog.duckdb").exists()

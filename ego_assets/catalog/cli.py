@@ -12,10 +12,18 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+import duckdb
 import pyarrow as pa
 
 from ego_assets.catalog.sources import stage_rows
-from ego_assets.catalog.warehouse import catalog_database, query, run_dbt
+from ego_assets.catalog.warehouse import (
+    CatalogBusy,
+    DbtFailed,
+    catalog_database,
+    catalog_problem,
+    query,
+    run_dbt,
+)
 from ego_assets.storage import Storage
 
 COMPOSITION_SQL = """
@@ -56,27 +64,44 @@ def run_catalog(
     build: bool = False,
     out: TextIO | None = None,
 ) -> int:
-    """Print the catalog of the data root ``data``; 0 on success, 1 when there is none."""
+    """Print the catalog of the data root ``data``; 0 on success, 1 when there is no
+    usable catalog, the build failed or waited too long for another writer, or ``sql``
+    failed (each with a one-line reason)."""
     out = out or sys.stdout
     options = {"endpoint_url": endpoint_url} if endpoint_url else {}
     storage = Storage(data, storage_options=options)
-    with catalog_database(storage, write=build) as database:
-        if build:
-            summary = stage_rows(storage, database)
-            print(f"staged {summary.total_changed} changed files", file=out)
-            run_dbt(["build", "--quiet"], database)
-        if not database.exists():
-            print(
-                f"no catalog under {storage.root} yet: run `ego-assets catalog --build` "
-                "or the aggregates job",
-                file=out,
-            )
+    try:
+        with catalog_database(storage, write=build) as database:
+            if build:
+                summary = stage_rows(storage, database)
+                print(f"staged {summary.total_changed} changed files", file=out)
+                run_dbt(["build", "--quiet"], database)
+            return _print_catalog(storage, database, sql, out)
+    except (CatalogBusy, DbtFailed) as exc:
+        print(f"catalog not built: {exc}", file=out)
+        return 1
+
+
+def _print_catalog(storage: Storage, database: Path, sql: str | None, out: TextIO) -> int:
+    """Print ``sql``'s result, else the composition and coverage tables of ``database``."""
+    problem = catalog_problem(database)
+    if problem:
+        print(
+            f"no catalog under {storage.root} ({problem}): run `ego-assets catalog --build` "
+            "or the aggregates job",
+            file=out,
+        )
+        return 1
+    if sql:
+        try:
+            result = query(database, sql)
+        except duckdb.Error as exc:
+            print(f"query failed: {' '.join(str(exc).split())}", file=out)
             return 1
-        if sql:
-            print(format_table(query(database, sql), max_rows=1000), file=out)
-            return 0
-        print("dataset composition (hours by task, kind, device, demonstrator, split)", file=out)
-        print(format_table(query(database, COMPOSITION_SQL)), file=out)
-        print("\nexport coverage", file=out)
-        print(format_table(query(database, COVERAGE_SQL)), file=out)
+        print(format_table(result, max_rows=1000), file=out)
+        return 0
+    print("dataset composition (hours by task, kind, device, demonstrator, split)", file=out)
+    print(format_table(query(database, COMPOSITION_SQL)), file=out)
+    print("\nexport coverage", file=out)
+    print(format_table(query(database, COVERAGE_SQL)), file=out)
     return 0

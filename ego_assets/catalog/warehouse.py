@@ -1,13 +1,24 @@
 """Where the catalog's DuckDB file lives, how dbt is pointed at it, and how it is queried.
 
 The catalog is one embedded DuckDB file, ``catalog/warehouse/catalog.duckdb`` under the
-data root. On a local root the file is used in place. DuckDB cannot write a file on S3,
-so on an ``s3://`` root every writer (staging, the dbt build) works on a local copy:
-`catalog_database` downloads the published file (when there is one), yields the local
-copy and, when the block succeeds and ``write`` is set, uploads it back through
-`Storage.write_dir` (index file last, so a reader never sees half a file). Readers
-(`ego-assets catalog`) download it likewise. Writers are serialized by the Dagster
-single-writer pool; DuckDB itself allows one writing process per file.
+data root. A writer (staging, the dbt build) never writes that file in place: it works on
+a copy and swaps the copy in whole when its block succeeds (`catalog_database`), so a
+process killed at any point leaves the old catalog or the new one, and readers never wait
+for a writer.
+
+* Local root: writers take the catalog's writer lock (``<root>/.locks/catalog/
+  warehouse.lock``, across processes and platforms sharing the root; bounded by
+  ``$EGO_CATALOG_WAIT_S``, default 600 s, then `CatalogBusy`), copy the file into a hidden
+  working folder beside it (``.catalog.duckdb.<random>.tmp/catalog.duckdb``: same name,
+  so dbt sees the same DuckDB catalog), checkpoint it when done and rename it onto the
+  published name. Working folders of killed writers are removed by the next writer.
+* ``s3://`` root (DuckDB cannot write a file on S3): the copy is a download, published by
+  one PUT of the whole file (an object is replaced whole). Writers of one deployment are
+  serialized by the Dagster single-writer pool; there is no lock across deployments on S3.
+
+A published file that DuckDB cannot open is not copied: the writer starts from an empty
+file, and staging then stages every item again (a rebuild). `catalog_problem` tells a
+reader whether the file can answer queries (every model built).
 
 dbt (``dbt/`` at the repository root) reads the file's path from the environment
 variable ``EGO_CATALOG_DB`` (`dbt_env`). `run_dbt` runs dbt in this process through
@@ -16,6 +27,7 @@ dbtRunner; Dagster runs it through dagster-dbt instead (ego_assets/defs/catalog.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -28,13 +40,26 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from ego_assets.storage import Storage
+from ego_assets.storage import LockTimeout, Storage
+from ego_assets.trajectory.store import STAGING_SUFFIX, remove_leftovers
+
+log = logging.getLogger(__name__)
 
 WAREHOUSE_STAGE = "catalog"
 WAREHOUSE_KEY = "warehouse"
 DATABASE_FILE = "catalog.duckdb"
 DB_ENV = "EGO_CATALOG_DB"
 PROJECT_ENV = "EGO_DBT_PROJECT_DIR"
+WAIT_ENV = "EGO_CATALOG_WAIT_S"
+DEFAULT_WAIT_S = 600.0
+
+
+class CatalogBusy(RuntimeError):
+    """Another writer held the catalog for longer than the bounded wait."""
+
+
+class DbtFailed(RuntimeError):
+    """A dbt command failed (a model error or a failing test); the message names them."""
 
 
 def dbt_project_dir() -> Path:
@@ -52,23 +77,123 @@ def published_location(storage: Storage) -> Any:
 def catalog_database(storage: Storage, *, write: bool) -> Iterator[Path]:
     """A local path of the catalog's DuckDB file (see the module docstring).
 
-    Local root: the file itself (its folder created). S3 root: a downloaded copy, or a
-    fresh path when none is published yet; uploaded on success when ``write``.
+    ``write``: a working copy (an empty path when none is published yet, or the published
+    one is unreadable) that replaces the published file when the block succeeds; the
+    block raising publishes nothing. Otherwise the published file (local; it may not
+    exist) or a downloaded copy (S3).
+
+    Raises:
+        CatalogBusy: (local, ``write``) another writer held the catalog longer than
+            ``$EGO_CATALOG_WAIT_S`` seconds.
     """
     location = published_location(storage)
+    if storage.is_local and not write:
+        yield Path(location.path)
+        return
     if storage.is_local:
-        path = Path(location.path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        yield path
+        published = Path(location.path)
+        published.parent.mkdir(parents=True, exist_ok=True)
+        with _writer_lock(storage, published):
+            remove_leftovers(published)  # working folders of killed writers
+            work_dir = Path(
+                tempfile.mkdtemp(
+                    prefix=f".{DATABASE_FILE}.", suffix=STAGING_SUFFIX, dir=published.parent
+                )
+            )
+            try:
+                work = work_dir / DATABASE_FILE
+                if published.exists():
+                    shutil.copyfile(published, work)
+                    _usable_or_removed(work, published)
+                yield work
+                if work.exists():  # else the block wrote nothing: nothing to publish
+                    _seal(work)
+                    Path(f"{published}.wal").unlink(missing_ok=True)  # an in-place writer's
+                    os.replace(work, published)
+            finally:
+                shutil.rmtree(work_dir, ignore_errors=True)
         return
     with tempfile.TemporaryDirectory(prefix="ego-catalog-") as tmp:
         path = Path(tmp) / DATABASE_FILE
         if location.exists():
             location.fs.get_file(location.path, str(path))
+            if write:
+                _usable_or_removed(path, location)
         yield path
-        if write:
-            with storage.write_dir(WAREHOUSE_STAGE, WAREHOUSE_KEY, index_file=DATABASE_FILE) as out:
-                shutil.move(str(path), out / DATABASE_FILE)
+        if write and path.exists():
+            _seal(path)
+            location.fs.put_file(str(path), location.path)  # one object: old or new, whole
+            location.fs.invalidate_cache(location.parent.path)
+
+
+@contextmanager
+def _writer_lock(storage: Storage, published: Path) -> Iterator[None]:
+    """The catalog's writer lock (`Storage.writer_lock` of its folder), bounded."""
+    wait_s = float(os.environ.get(WAIT_ENV) or DEFAULT_WAIT_S)
+    try:
+        with storage.writer_lock(published.parent, timeout_s=wait_s):
+            yield
+    except LockTimeout as busy:
+        raise CatalogBusy(
+            f"the catalog {published} is being written by {busy.holder}; gave up after "
+            f"waiting {wait_s:g} s (${WAIT_ENV}): run again when that writer has finished"
+        ) from None
+
+
+def _usable_or_removed(copy: Path, published: Any) -> None:
+    """Keep the copy ``copy`` of the published catalog when DuckDB opens it; else delete
+    it (the writer then starts from an empty file: everything is staged again)."""
+    try:
+        with duckdb.connect(str(copy)) as con:
+            con.execute("select count(*) from duckdb_tables()").fetchall()
+    except duckdb.Error as exc:
+        log.warning("catalog %s is unreadable (%s): rebuilding it", published, _first_line(exc))
+        copy.unlink(missing_ok=True)
+        Path(f"{copy}.wal").unlink(missing_ok=True)
+
+
+def _seal(database: Path) -> None:
+    """Checkpoint ``database`` so that the file alone holds every commit (no ``.wal``)."""
+    with duckdb.connect(str(database)) as con:
+        con.execute("checkpoint")
+    if Path(f"{database}.wal").exists():
+        raise RuntimeError(f"{database}.wal remains after a checkpoint; not publishing")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def model_names(project_dir: Path | None = None) -> list[str]:
+    """The dbt models (one relation each in the catalog file)."""
+    return sorted(p.stem for p in ((project_dir or dbt_project_dir()) / "models").glob("*.sql"))
+
+
+def catalog_problem(database: Path) -> str | None:
+    """Why ``database`` cannot answer the catalog's queries; None when every model is there."""
+    if not Path(database).exists():
+        return "no catalog yet"
+    try:
+        with duckdb.connect(str(database), read_only=True) as con:
+            present = {
+                name
+                for (name,) in con.sql(
+                    "select table_name from duckdb_tables() where schema_name = 'main' "
+                    "union all select view_name from duckdb_views() "
+                    "where schema_name = 'main' and not internal"
+                ).fetchall()
+            }
+    except duckdb.Error as exc:
+        return f"unreadable: {_first_line(exc)}"
+    missing = [m for m in model_names() if m not in present]
+    return f"models not built yet: {', '.join(missing)}" if missing else None
+
+
+def published_problem(storage: Storage) -> str | None:
+    """`catalog_problem` of the published catalog of ``storage``."""
+    with catalog_database(storage, write=False) as database:
+        return catalog_problem(database)
 
 
 def dbt_env(database: Path) -> dict[str, str]:
@@ -80,8 +205,8 @@ def run_dbt(args: Sequence[str], database: Path, project_dir: Path | None = None
     """Run one dbt command in this process against ``database``; returns dbt's result.
 
     Raises:
-        RuntimeError: dbt failed (a model error or a failing test); the message names
-            the failing nodes.
+        DbtFailed: dbt failed (a model error or a failing test); the message names the
+            failing nodes.
     """
     from dbt.cli.main import dbtRunner
 
@@ -104,7 +229,7 @@ def run_dbt(args: Sequence[str], database: Path, project_dir: Path | None = None
             if str(node.status) in ("error", "fail"):
                 failed.append(f"{node.node.name}: {node.message}")
         detail = "; ".join(failed) or str(result.exception)
-        raise RuntimeError(f"dbt {' '.join(args)} failed: {detail}")
+        raise DbtFailed(f"dbt {' '.join(args)} failed: {detail}")
     return result
 
 

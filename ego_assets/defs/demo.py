@@ -10,7 +10,8 @@
    ``dagster/sensor_name``). The daemon skips a run key that already has a run of its
    sensor, so ``make dev`` afterwards re-runs none of the demo's captures: one path.
 3. Refreshes the aggregates (``aggregates_job``: quality catalog, packed datasets, the
-   dataset catalog's dbt models) when anything ran or the catalog was never built.
+   dataset catalog's dbt models) when anything ran or the catalog cannot answer queries
+   (never built, unreadable, models missing).
 4. Prints a summary table, the quality table, the exports of every capture and the
    dataset catalog's composition and export coverage (`ego-assets catalog`).
 
@@ -31,7 +32,7 @@ from tqdm import tqdm
 
 from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.cli import run_catalog
-from ego_assets.catalog.warehouse import published_location
+from ego_assets.catalog.warehouse import published_problem
 from ego_assets.ceres_export import dataset_location as ceres_dataset_location
 from ego_assets.dagster_compat import instance_at
 from ego_assets.definitions import build_defs
@@ -202,7 +203,7 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
                 k for cs in all_sets() for k in instance.get_dynamic_partitions(cs.partitions_name)
             ]
             catalog_error = ""
-            if requests or not published_location(Storage(data_dir)).exists():
+            if requests or published_problem(store):  # none yet, unreadable or half built
                 print("building the dataset catalog (dbt)...", file=terminal, flush=True)
                 catalog_error = refresh_aggregates(defs, instance)
     print(f"Dagster's and dbt's own output: {log_path}", file=out)
@@ -216,9 +217,9 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     print(file=out)
     if catalog_error:
         print(f"dataset catalog: FAILED {catalog_error}", file=out)
-    run_catalog(data_dir, out=out)
+    shown = run_catalog(data_dir, out=out)
     print_closing(data_dir, dagster_home, statuses, out)
-    return 1 if failures or catalog_error else 0
+    return 1 if failures or catalog_error or shown != 0 else 0
 
 
 def refresh_aggregates(defs: dg.Definitions, instance: dg.DagsterInstance) -> str:
