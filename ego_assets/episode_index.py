@@ -31,6 +31,7 @@ renumber at merge time, keeping these indices as provenance.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -142,14 +143,15 @@ def _create_local(path: Path, data: bytes) -> bool:
     """Exclusive create of a complete file: temp file, fsync, ``os.link`` to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    with os.fdopen(fd, "wb") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # held until unlinked: sweeps skip a live writer's
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            Path(tmp).unlink(missing_ok=True)
     return True

@@ -35,6 +35,8 @@ import datetime as dt
 import fcntl
 import logging
 import os
+import re
+import shutil
 import socket
 import tempfile
 import time
@@ -47,7 +49,13 @@ from upath import UPath
 
 from ego_assets.keys import validate_capture_key
 from ego_assets.progress import UPLOAD_TASK, report
-from ego_assets.trajectory.store import atomic_directory, remove_leftovers, write_file_atomic
+from ego_assets.trajectory.store import (
+    OLD_MARK,
+    STAGING_SUFFIX,
+    atomic_directory,
+    remove_leftovers,
+    write_file_atomic,
+)
 
 # The raw copy's layout, ``raw/<key>/``: the platform's manifest (its index file) beside
 # ``capture/``, the capture's own files unchanged. Exporters, the viewer and the catalog
@@ -120,6 +128,66 @@ def _utc_now() -> str:
 
 
 STAGES = ("raw", "trajectory", "quality", "exports", "catalog")
+
+# What killed writers leave beside a target ``<name>``: `atomic_directory`'s staging
+# folder and moved-aside old version, a temporary file of `write_file_atomic` (or of the
+# episode index): ``.<name>.<8 random>.tmp`` and ``.<name>.old-<pid>``.
+_LEFTOVER = re.compile(
+    rf"^\.(?P<name>.+?)(?:\.[a-z0-9_]{{8}}{re.escape(STAGING_SUFFIX)}|{re.escape(OLD_MARK)}\d+)$"
+)
+# Below the root, how deep targets sit (``exports/<format>/<key>``, ``quality/<key>/gate.json``;
+# ``registry/<name>/keys/<key>.json``); the landing zone is the uploaders' own.
+_SCAN_DEPTH = {"registry": 4}
+_DEFAULT_DEPTH = 3
+_NOT_SCANNED = (LOCKS_DIR, "landing")
+# A temporary file younger than this is left alone: its writer may not hold its lock yet.
+TEMPORARY_GRACE_S = 2.0
+
+
+def find_leftovers(root: Path) -> list[Path]:
+    """Every staging leftover (see `_LEFTOVER`) below the local data root ``root``, live
+    writers' included; hidden folders are not descended into."""
+    found: list[Path] = []
+
+    def scan(folder: Path, depth: int) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if _LEFTOVER.match(entry.name):
+                found.append(Path(entry.path))
+            elif (
+                depth > 1 and not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)
+            ):
+                scan(Path(entry.path), depth - 1)
+
+    for top in sorted(Path(root).iterdir()) if Path(root).is_dir() else []:
+        if _LEFTOVER.match(top.name):
+            found.append(top)
+        elif top.is_dir() and not top.name.startswith(".") and top.name not in _NOT_SCANNED:
+            scan(top, _SCAN_DEPTH.get(top.name, _DEFAULT_DEPTH) - 1)
+    return sorted(found)
+
+
+def _remove_dead_temporary(path: Path) -> bool:
+    """Delete the temporary file ``path`` unless a live writer holds its ``flock``."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        if time.time() - os.fstat(fd).st_mtime < TEMPORARY_GRACE_S:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # a live writer
+    finally:
+        os.close(fd)
+    path.unlink(missing_ok=True)
+    return True
+
+
 LOCAL_PROTOCOLS = ("", "file", "local")
 
 logger = logging.getLogger(__name__)
@@ -230,6 +298,35 @@ class Storage:
             relative = Path(*target.parts[1:])
         with exclusive_lock(root / LOCKS_DIR / f"{relative.as_posix()}.lock", timeout_s):
             yield
+
+    def sweep_leftovers(self) -> list[Path]:
+        """Remove what killed writers left below a local root; return what was removed.
+
+        A staging or moved-aside folder goes under its target's writer lock (a live
+        writer holds it, and its folder stays); a temporary file goes when no live writer
+        holds its ``flock`` (`write_file_atomic`). Nothing to do on S3 (writers stage
+        locally; an unfinished upload has no index file).
+        """
+        if not self.is_local:
+            return []
+        removed = []
+        for path in find_leftovers(Path(self.root.path)):
+            if not path.is_dir():
+                if _remove_dead_temporary(path):
+                    removed.append(path)
+                continue
+            match = _LEFTOVER.match(path.name)
+            assert match is not None
+            try:
+                with self.writer_lock(path.parent / match["name"], timeout_s=0):
+                    if path.exists():
+                        shutil.rmtree(path, ignore_errors=True)
+                        removed.append(path)
+            except LockTimeout:
+                continue  # a live writer's
+        for path in removed:
+            logger.info("removed %s, left by a killed writer", path)
+        return removed
 
     def write_file(self, location: UPath, data: bytes) -> None:
         """Replace the single file ``location`` with ``data`` atomically.

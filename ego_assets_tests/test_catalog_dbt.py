@@ -37,6 +37,7 @@ from ego_assets.catalog.warehouse import (
 )
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+from ego_assets_tests.waiting import CEILING_S
 
 CLEAN, FAULTY, NEW = "cat-clean", "cat-faulty", "cat-new"
 
@@ -443,7 +444,7 @@ def _killed_build(root: Path, point: str) -> None:
     run = subprocess.run(
         [sys.executable, "-c", KILLED_BUILD, str(root), point],
         cwd=REPO,
-        timeout=600,
+        timeout=CEILING_S,
         capture_output=True,
         text=True,
     )
@@ -525,7 +526,7 @@ def test_two_builds_at_once_take_turns(root):
         )
         for _ in range(2)
     ]
-    outputs = [b.communicate(timeout=900) for b in builds]
+    outputs = [b.communicate(timeout=CEILING_S) for b in builds]
     assert [b.returncode for b in builds] == [0, 0], [err[-2000:] for _, err in outputs]
     staged = sorted(out.splitlines()[0] for out, _ in outputs)
     # the second found the first's staging published: nothing left to stage
@@ -539,7 +540,7 @@ def test_two_builds_at_once_take_turns(root):
 def test_a_second_writer_gives_up_after_its_bounded_wait(root, monkeypatch, capsys):
     storage = Storage(root)
     monkeypatch.setenv(WAIT_ENV, "0.5")
-    with storage.writer_lock(root / "catalog" / "warehouse"):
+    with storage.writer_lock(root / "catalog" / "warehouse" / "catalog.duckdb"):
         assert run_catalog(root, build=True) == 1
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("catalog not built: the catalog ")

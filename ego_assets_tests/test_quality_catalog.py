@@ -89,6 +89,10 @@ def test_catalog_file_holds_every_complete_report(tmp_path):
 
 def test_quality_catalog_asset_is_single_writer_and_reports_episode_count(tmp_path):
     _write_report(tmp_path, "ep-1", _row("ep-1", "warn", 0.05))
+    # a killed export's staging folder (no live writer): the nightly step sweeps it
+    leftover = tmp_path / "exports" / "holos_hdf5" / ".ep-1.abcd1234.tmp"
+    leftover.mkdir(parents=True)
+    (leftover / "episode.hdf5").write_bytes(b"half")
     assert quality_catalog.op.pool == SINGLE_WRITER_POOL
     with dg.instance_for_test() as instance:
         result = dg.materialize(
@@ -99,6 +103,8 @@ def test_quality_catalog_asset_is_single_writer_and_reports_episode_count(tmp_pa
         (event,) = result.get_asset_materialization_events()
         assert event.materialization.metadata["episodes"].value == 1
         assert event.materialization.metadata["failed_episodes"].value == 0
+        assert event.materialization.metadata["leftovers_removed"].value == 1
+    assert not leftover.exists()
 
 
 def test_nightly_schedule_requests_the_aggregates_job_at_three_utc():

@@ -1,16 +1,20 @@
 """Two writers of one local folder at once (an export asked for over the API while a
 backfill exports the same capture): neither loses its staging folder, the second waits
-for the first to publish, and what a killed writer left behind is cleared by the next."""
+for the first to publish, and what a killed writer left behind is cleared by the next
+write of that folder or by a sweep of the data root."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from ego_assets.storage import LOCKS_DIR, Storage
+from ego_assets.episode_index import EpisodeIndexRegistry
+from ego_assets.storage import LOCKS_DIR, Storage, find_leftovers
 from ego_assets_tests.waiting import CEILING_S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,3 +83,100 @@ def test_a_killed_writers_leftovers_are_cleared_by_the_next_write(tmp_path):
         (tmp / "whole.txt").write_text("whole")
     assert sorted(p.name for p in parent.iterdir()) == ["cap-1"]
     assert (parent / "cap-1" / "whole.txt").read_text() == "whole"
+
+
+# A writer of each kind that SIGKILLs itself mid-write: a staging folder (an export),
+# a temporary file (a receipt), an episode-index entry (killed after its temporary is
+# written, before it is linked).
+KILLED_WRITERS = """
+import os, sys
+from ego_assets import episode_index
+from ego_assets.storage import Storage
+
+s = Storage(sys.argv[1])
+kind = sys.argv[2]
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), 9)
+
+if kind == "folder":
+    with s.write_to(s.export_path("ceres-lerobot-v3", "cap-1")) as tmp:
+        (tmp / "half.txt").write_text("half")
+        die()
+elif kind == "file":
+    os.replace = die
+    s.write_file(s.root / "receipts" / "holos_hdf5" / "cap-1.json", b"{}")
+else:
+    episode_index.os.link = die
+    episode_index.EpisodeIndexRegistry(s).index_for("cap-1")
+"""
+
+
+def _kill_writer(root: Path, kind: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITERS, str(root), kind], cwd=REPO, timeout=CEILING_S
+    )
+    assert run.returncode == -9, f"the {kind} writer was not killed"
+
+
+def _age(paths: list[Path]) -> None:
+    """Make temporaries older than the sweep's grace for writers that have just begun."""
+    old = time.time() - 60
+    for path in paths:
+        os.utime(path, (old, old))
+
+
+def test_a_sweep_removes_dead_writers_leftovers_and_keeps_live_ones(tmp_path):
+    storage = Storage(tmp_path)
+    for kind in ("folder", "file", "index"):
+        _kill_writer(tmp_path, kind)
+    dead = find_leftovers(tmp_path)
+    names = [p.relative_to(tmp_path).as_posix() for p in dead]
+    assert [n.rsplit(".", 2)[0] for n in names] == [
+        "exports/ceres-lerobot-v3/.cap-1",
+        "receipts/holos_hdf5/.cap-1.json",
+        "registry/episode-index/claims/.000000.json",
+    ]
+    assert (dead[0] / "half.txt").read_text() == "half"
+    _age(dead)
+
+    # live writers of each kind, mid-write while the sweep runs
+    started, release = threading.Event(), threading.Event()
+    live_target = storage.export_path("holos_hdf5", "cap-2")
+
+    def live_folder() -> None:
+        with storage.write_to(live_target) as tmp:
+            (tmp / "part.txt").write_text("live")
+            started.set()
+            release.wait(CEILING_S)
+
+    writer = threading.Thread(target=live_folder)
+    writer.start()
+    assert started.wait(CEILING_S), "the live writer never began staging"
+    live_file = tmp_path / "receipts" / "holos_hdf5" / ".cap-2.json.abcd1234.tmp"
+    with live_file.open("wb") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # as write_file_atomic holds its temporary
+        _age([live_file])
+        removed = storage.sweep_leftovers()
+    assert sorted(removed) == dead
+    release.set()
+    writer.join(CEILING_S)
+    left = find_leftovers(tmp_path)
+    assert left == [live_file]  # the live folder writer published and cleaned up itself
+    assert (Path(live_target.path) / "part.txt").read_text() == "live"
+    assert storage.sweep_leftovers() == [live_file]  # its writer is gone now
+    assert find_leftovers(tmp_path) == []
+    # the killed writers wrote nothing under a final name; the next writes just work
+    assert not (tmp_path / "exports" / "ceres-lerobot-v3" / "cap-1").exists()
+    assert not (tmp_path / "receipts" / "holos_hdf5" / "cap-1.json").exists()
+    assert EpisodeIndexRegistry(storage).index_for("cap-1") == 0
+
+
+def test_a_young_temporary_waits_for_the_grace_period(tmp_path):
+    storage = Storage(tmp_path)
+    young = tmp_path / "receipts" / "holos_hdf5" / ".cap-1.json.abcd1234.tmp"
+    young.parent.mkdir(parents=True)
+    young.write_bytes(b"{")
+    assert storage.sweep_leftovers() == []  # its writer may be about to lock it
+    _age([young])
+    assert storage.sweep_leftovers() == [young]

@@ -6,8 +6,8 @@ a copy and swaps the copy in whole when its block succeeds (`catalog_database`),
 process killed at any point leaves the old catalog or the new one, and readers never wait
 for a writer.
 
-* Local root: writers take the catalog's writer lock (``<root>/.locks/catalog/
-  warehouse.lock``, across processes and platforms sharing the root; bounded by
+* Local root: writers take the catalog's writer lock (``<root>/.locks/catalog/warehouse/
+  catalog.duckdb.lock``, across processes and platforms sharing the root; bounded by
   ``$EGO_CATALOG_WAIT_S``, default 600 s, then `CatalogBusy`), copy the file into a hidden
   working folder beside it (``.catalog.duckdb.<random>.tmp/catalog.duckdb``: same name,
   so dbt sees the same DuckDB catalog), checkpoint it when done and rename it onto the
@@ -128,10 +128,10 @@ def catalog_database(storage: Storage, *, write: bool) -> Iterator[Path]:
 
 @contextmanager
 def _writer_lock(storage: Storage, published: Path) -> Iterator[None]:
-    """The catalog's writer lock (`Storage.writer_lock` of its folder), bounded."""
+    """The catalog file's writer lock (`Storage.writer_lock`), bounded (``$EGO_CATALOG_WAIT_S``)."""
     wait_s = float(os.environ.get(WAIT_ENV) or DEFAULT_WAIT_S)
     try:
-        with storage.writer_lock(published.parent, timeout_s=wait_s):
+        with storage.writer_lock(published, timeout_s=wait_s):
             yield
     except LockTimeout as busy:
         raise CatalogBusy(

@@ -38,6 +38,8 @@ def build_quality_catalog(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsDe
         ),
     )
     def quality_catalog(storage: StorageResource) -> dg.MaterializeResult:
+        # the nightly pass over the data root also clears what killed writers left
+        swept = storage.get_storage().sweep_leftovers()
         summary = write_quality_catalog(storage.get_storage())
         return dg.MaterializeResult(
             metadata={
@@ -47,6 +49,7 @@ def build_quality_catalog(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsDe
                 "failed_episodes": summary.failed,
                 "blocked_episodes": summary.blocked,
                 "waived_episodes": summary.waived,
+                "leftovers_removed": len(swept),
             }
         )
 

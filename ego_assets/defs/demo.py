@@ -155,6 +155,9 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     landing = data_dir / "landing"
     landing.mkdir(parents=True, exist_ok=True)
     store = Storage(data_dir)
+    swept = store.sweep_leftovers()  # staging folders and temporaries of killed runs
+    if swept:
+        print(f"removed {len(swept)} leftovers of killed writers", file=out)
     seeded = seed_landing(landing, seconds)
     if seeded:
         print(f"seeded landing zone with {len(seeded)} captures: {', '.join(seeded)}", file=out)

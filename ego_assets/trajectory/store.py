@@ -16,6 +16,7 @@ old episode or the new one, never half of one.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -134,17 +135,21 @@ def stream_file_name(name: str) -> str:
 def write_file_atomic(path: Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary sibling renamed into place.
 
-    Readers see the old file or the new one; on error the temporary file is removed.
+    Readers see the old file or the new one; on error the temporary file is removed. The
+    writer holds a ``flock`` on its temporary until it is renamed, so a sweep
+    (`ego_assets.storage.Storage.sweep_leftovers`) removes only a dead writer's.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=STAGING_SUFFIX)
+    with os.fdopen(fd, "wb") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)
             fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            fh.flush()
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return path
 
 
