@@ -153,7 +153,11 @@ def _usable_or_removed(copy: Path, published: Any) -> None:
 
 
 def _seal(database: Path) -> None:
-    """Checkpoint ``database`` so that the file alone holds every commit (no ``.wal``)."""
+    """Make the file ``database`` alone hold every commit: DuckDB checkpoints when its
+    last connection closes; a write-ahead log left beside it (a writer that did not close,
+    e.g. a dbt subprocess that was stopped) is checkpointed here."""
+    if not Path(f"{database}.wal").exists():
+        return
     with duckdb.connect(str(database)) as con:
         con.execute("checkpoint")
     if Path(f"{database}.wal").exists():
