@@ -33,7 +33,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -130,14 +130,15 @@ def catalog_database(storage: Storage, *, write: bool) -> Iterator[Path]:
 def _writer_lock(storage: Storage, published: Path) -> Iterator[None]:
     """The catalog file's writer lock (`Storage.writer_lock`), bounded (``$EGO_CATALOG_WAIT_S``)."""
     wait_s = float(os.environ.get(WAIT_ENV) or DEFAULT_WAIT_S)
-    try:
-        with storage.writer_lock(published, timeout_s=wait_s):
-            yield
-    except LockTimeout as busy:
-        raise CatalogBusy(
-            f"the catalog {published} is being written by {busy.holder}; gave up after "
-            f"waiting {wait_s:g} s (${WAIT_ENV}): run again when that writer has finished"
-        ) from None
+    with ExitStack() as held:
+        try:
+            held.enter_context(storage.writer_lock(published, timeout_s=wait_s))
+        except LockTimeout as busy:
+            raise CatalogBusy(
+                f"the catalog {published} is being written by {busy.holder}; gave up after "
+                f"waiting {wait_s:g} s (${WAIT_ENV}): run again when that writer has finished"
+            ) from None
+        yield
 
 
 def _usable_or_removed(copy: Path, published: Any) -> None:
