@@ -360,7 +360,6 @@ def run(
         "max_query_s": max(queries.values()),
         "database_mb": size_mb,
         "publish_cycle_s": publish_s,
-        "incremental_ratio_with_publish": (incremental_s + publish_s) / full_s,
     }
 
 
@@ -407,7 +406,7 @@ def _table(result: dict[str, Any]) -> str:
         ("writer's copy, check, checkpoint, swap", f"{result['publish_cycle_s']:.2f} s"),
         (
             "incremental + that / full",
-            f"{result['incremental_ratio_with_publish']:.3f}",
+            f"{(result['incremental_s'] + result['publish_cycle_s']) / result['full_build_s']:.3f}",
         ),
     ]
     return name_value_table(rows)

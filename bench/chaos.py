@@ -46,6 +46,7 @@ PHASES = {
 }
 POLL_S = 0.05
 MAX_EXTRA_DELAY_S = 0.5
+SMOKE_ARGS = ("--kills", "2", "--seconds", "2")
 
 
 def _demo(root: Path, seconds: float) -> subprocess.Popen[bytes]:
