@@ -180,12 +180,12 @@ def _remove_dead_temporary(path: Path) -> bool:
         if time.time() - os.fstat(fd).st_mtime < TEMPORARY_GRACE_S:
             return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        path.unlink(missing_ok=True)
+        return True
     except BlockingIOError:
         return False  # a live writer
     finally:
         os.close(fd)
-    path.unlink(missing_ok=True)
-    return True
 
 
 LOCAL_PROTOCOLS = ("", "file", "local")
