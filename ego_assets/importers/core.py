@@ -260,6 +260,34 @@ def skip_through(items: Iterable[T], after: str, name: Callable[[Any], str]) -> 
         yield from pending
 
 
+# capture file -> (source file, how it was made from it; "" for a byte-for-byte copy)
+Derived = dict[str, tuple[str, str]]
+
+
+class CutImporter(Importer):
+    """An importer whose episodes are cut out of files they share (`SourceEpisode.derive`).
+
+    Subclasses implement `items`: every episode of a local source folder in a stable
+    order, each an object with ``episode_id`` (its path, for the provenance and the key)
+    and ``write(folder)`` (the ``derive`` of `SourceEpisode`), or an `EpisodeImportError`
+    in place of what cannot land.
+    """
+
+    def items(self, root: Path) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def episodes(
+        self, source: Source, after: str = ""
+    ) -> Iterator[SourceEpisode | EpisodeImportError]:
+        items = self.items(local_root(source, self))
+        for item in skip_through(items, after, lambda i: i.episode_id):
+            if isinstance(item, EpisodeImportError):
+                yield item
+            else:
+                key = episode_key(self.dataset, item.episode_id)
+                yield SourceEpisode(key, item.episode_id, {}, derive=item.write)
+
+
 def already_landed(storage: Storage, key: str) -> bool:
     """Whether ``key`` has a complete capture in the landing zone or a raw copy."""
     return (storage.landing_path(key) / MARKER_FILE).exists() or storage.exists(

@@ -36,22 +36,13 @@ from ego_assets.capture.egosmith_webdataset import (
     SAMPLES_FILE,
     VIDEO_FILE,
 )
-from ego_assets.importers.core import (
-    EpisodeImportError,
-    Importer,
-    Source,
-    SourceEpisode,
-    episode_key,
-    local_root,
-    skip_through,
-)
+from ego_assets.importers.core import CutImporter, Derived, EpisodeImportError
 
 KIND = "egosmith-webdataset"
 MARKER_KIND = "egosmith_webdataset"
 _KEY = re.compile(r"(?P<episode>.+_ep\d{6})_f(?P<frame>\d{6})")
 _TIME_BASE = Fraction(1, 1_000_000)  # video pts in microseconds
 _END_OF_ARCHIVE = 2 * tarfile.BLOCKSIZE
-Derived = dict[str, tuple[str, str]]
 
 
 @dataclass(slots=True)
@@ -146,7 +137,7 @@ def _episode_json(shard: Path) -> Path | None:
     return path if path.is_file() and not path.is_symlink() else None
 
 
-class EgoSmithWebDatasetImporter(Importer):
+class EgoSmithWebDatasetImporter(CutImporter):
     """``ego-assets import egosmith-webdataset SRC``: every episode of the shards of SRC."""
 
     kind = KIND
@@ -154,16 +145,8 @@ class EgoSmithWebDatasetImporter(Importer):
     dataset = KIND
     licence = "not stated by the source (no licence file beside the shards)"
 
-    def episodes(
-        self, source: Source, after: str = ""
-    ) -> Iterator[SourceEpisode | EpisodeImportError]:
-        items = iter_episodes(local_root(source, self))
-        for item in skip_through(items, after, lambda i: i.episode_id):
-            if isinstance(item, EpisodeImportError):
-                yield item
-            else:
-                key = episode_key(self.dataset, item.episode_id)
-                yield SourceEpisode(key, item.episode_id, {}, derive=item.write)
+    def items(self, root: Path) -> Iterator[EgoSmithEpisode | EpisodeImportError]:
+        return iter_episodes(root)
 
 
 def write_episode(episode: EgoSmithEpisode, out: Path) -> Derived:

@@ -28,21 +28,12 @@ import h5py
 import numpy as np
 
 from ego_assets.capture.holos_hdf5 import H5_FILE, media_file, metadata_file, metadata_texts
-from ego_assets.importers.core import (
-    EpisodeImportError,
-    Importer,
-    Source,
-    SourceEpisode,
-    episode_key,
-    local_root,
-    skip_through,
-)
+from ego_assets.importers.core import CutImporter, Derived, EpisodeImportError
 
 KIND = "holos-hdf5"
 MARKER_KIND = "holos_hdf5"
 SUFFIXES = (".h5", ".hdf5")
 _PER_FILE_GROUPS = ("holos", "media")
-Derived = dict[str, tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +102,7 @@ def iter_demos(src: Path) -> Iterator[HolosDemo | EpisodeImportError]:
             yield exc
 
 
-class HolosHdf5Importer(Importer):
+class HolosHdf5Importer(CutImporter):
     """``ego-assets import holos-hdf5 SRC``: every demo of every HDF5 file of SRC."""
 
     kind = KIND
@@ -119,16 +110,8 @@ class HolosHdf5Importer(Importer):
     dataset = KIND
     licence = "not stated by the source (no licence file beside the HDF5 files)"
 
-    def episodes(
-        self, source: Source, after: str = ""
-    ) -> Iterator[SourceEpisode | EpisodeImportError]:
-        items = iter_demos(local_root(source, self))
-        for item in skip_through(items, after, lambda i: i.episode_id):
-            if isinstance(item, EpisodeImportError):
-                yield item
-            else:
-                key = episode_key(self.dataset, item.episode_id)
-                yield SourceEpisode(key, item.episode_id, {}, derive=item.write)
+    def items(self, root: Path) -> Iterator[HolosDemo | EpisodeImportError]:
+        return iter_demos(root)
 
 
 def write_demo(demo: HolosDemo, out: Path) -> Derived:

@@ -46,15 +46,7 @@ from ego_assets.capture.lerobot_v3 import (
     schema_problem,
 )
 from ego_assets.formats import lerobot_video
-from ego_assets.importers.core import (
-    EpisodeImportError,
-    Importer,
-    Source,
-    SourceEpisode,
-    episode_key,
-    local_root,
-    skip_through,
-)
+from ego_assets.importers.core import CutImporter, Derived, EpisodeImportError
 
 KIND = "lerobot-v3"
 MARKER_KIND = "lerobot_v3"
@@ -62,7 +54,6 @@ DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODE_ROW = "meta/episodes/chunk-000/file-000.parquet"
 LOCATION = {"chunk_index": 0, "file_index": 0}
-Derived = dict[str, tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +223,7 @@ def iter_episodes(src: Path) -> Iterator[LeRobotEpisode | EpisodeImportError]:
                 )
 
 
-class LeRobotV3Importer(Importer):
+class LeRobotV3Importer(CutImporter):
     """``ego-assets import lerobot-v3 SRC``: every episode of every v3 dataset of SRC."""
 
     kind = KIND
@@ -240,16 +231,8 @@ class LeRobotV3Importer(Importer):
     dataset = KIND
     licence = "not stated by the source (no licence file at its root)"
 
-    def episodes(
-        self, source: Source, after: str = ""
-    ) -> Iterator[SourceEpisode | EpisodeImportError]:
-        items = iter_episodes(local_root(source, self))
-        for item in skip_through(items, after, lambda i: i.episode_id):
-            if isinstance(item, EpisodeImportError):
-                yield item
-            else:
-                key = episode_key(self.dataset, item.episode_id)
-                yield SourceEpisode(key, item.episode_id, {}, derive=item.write)
+    def items(self, root: Path) -> Iterator[LeRobotEpisode | EpisodeImportError]:
+        return iter_episodes(root)
 
 
 def _write_cut(episode: LeRobotEpisode, out: Path) -> Derived:
