@@ -354,6 +354,38 @@ def test_ready_answers_describe_the_bytes_served(client: Client) -> None:
     assert again.body == link.body
 
 
+def test_a_current_skip_is_refused_and_never_served(client: Client) -> None:
+    """An exporter's skipped receipt (here written by hand for LeRobot) is no artefact: GET
+    says failed with its reason, a POST is refused at once while it is current."""
+    storage = client.service.storage
+    record = storage.root / "exports" / "ceres-lerobot-v3" / GOOD
+    record.mkdir(parents=True)
+    (record / "skipped.json").write_text('{"reason": "no usable camera"}')
+    receipt = make_receipt(
+        storage,
+        export_format="ceres_episode",
+        capture_key=GOOD,
+        location=record,
+        local=Path(record.path),
+        code_version="t",
+        input_data_version=str(pipeline.expected_gate_version(storage, GOOD)),
+        skipped_reason="no usable camera",
+    )
+    write_receipt(storage, receipt)
+    client.service.code_versions = {"ceres_episode": "t"}
+    path = f"/captures/{GOOD}/export-lerobot"
+    state = client.call("GET", path).json()
+    assert (state["status"], state["artifact"]) == ("failed", None)
+    assert state["error"] == f"capture {GOOD}: not exported: no usable camera"
+    for body in (b"", b'{"force": true}'):
+        doc = _one_line_error(client.call("POST", path, body=body), 409)
+        assert doc["reasons"] == ["no usable camera"]
+    assert client.launches == []
+    # another exporter version might export it: the skip is no longer current
+    client.service.code_versions = {"ceres_episode": "u"}
+    assert client.call("POST", path).status == 202 and client.launches == [GOOD]
+
+
 def _sign_in(client: Client, **kwargs: Any) -> dict[str, str]:
     answer = client.call(
         "POST",

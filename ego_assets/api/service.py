@@ -228,11 +228,15 @@ class ExportService:
         """The export's state now (the run storage and the storage, no cache)."""
         run = self._latest_run(target)
         receipt = read_receipt(self.storage, target.format, target.partition_key)
-        artifact = self._artifact(receipt) if receipt is not None else None
+        # a skipped receipt records why there is no artefact (its path: the skip record)
+        exported = receipt if receipt is not None and receipt.status == "exported" else None
+        artifact = self._artifact(exported) if exported is not None else None
         state = ExportState(target.capture_id, target.format, "none", artifact=artifact)
         if run is None:
             state.status = "ready" if artifact else "none"
             state.progress = 1.0 if artifact else 0.0
+            if receipt is not None and receipt.status == "skipped":
+                state.status, state.error = "failed", _skip_message(receipt)
             return state
         state.run_id = run.run_id
         if run.queued:
@@ -254,17 +258,13 @@ class ExportService:
             state.status = "ready"
             return state
         state.status = "failed"
-        state.error = self._why_not_exported(target)
+        state.error = self._why_not_exported(target, receipt)
         return state
 
     def _artifact(self, receipt: ExportReceipt) -> Artifact:
         from ego_assets.api.links import artefact_name
 
-        expected = expected_gate_version(self.storage, receipt.capture_key, self._quality_code)
-        current = (
-            receipt.code_version == self.code_versions.get(receipt.format)
-            and receipt.input_data_version == expected
-        )
+        current = self._current(receipt)
         size, sha256 = self.served_digest(receipt)
         return Artifact(
             filename=artefact_name(receipt),
@@ -273,6 +273,15 @@ class ExportService:
             resolved_at=receipt.exported_at,
             current=current,
             receipt=receipt,
+        )
+
+    def _current(self, receipt: ExportReceipt) -> bool:
+        """Whether ``receipt`` was written by the exporter's code now, from the gate data
+        version the capture has now."""
+        expected = expected_gate_version(self.storage, receipt.capture_key, self._quality_code)
+        return (
+            receipt.code_version == self.code_versions.get(receipt.format)
+            and receipt.input_data_version == expected
         )
 
     def served_digest(self, receipt: ExportReceipt) -> tuple[int, str]:
@@ -292,7 +301,7 @@ class ExportService:
             self.digests.keep_digest(key, *found)
         return found
 
-    def _why_not_exported(self, target: ExportTarget) -> str:
+    def _why_not_exported(self, target: ExportTarget, receipt: ExportReceipt | None) -> str:
         key = target.partition_key
         gate = stored_gate(self.storage, key)
         try:
@@ -301,12 +310,8 @@ class ExportService:
             return str(exc)
         except Exception as exc:  # no gate yet, unreadable gate
             return f"capture {key}: no export: {exc}"
-        if target.format == "egosmith_shards":
-            from ego_assets.formats.egosmith_export import stored_episode
-
-            summary = stored_episode(self.storage, key)
-            if summary is not None and summary.status == "skipped":
-                return f"capture {key}: not exported: {summary.reason}"
+        if receipt is not None and receipt.status == "skipped":
+            return _skip_message(receipt)
         return f"capture {key}: the export run finished without writing a current export"
 
     def _run_error(self, run: RunInfo) -> str:
@@ -376,9 +381,14 @@ class ExportService:
         return blocked
 
     def _refuse_if_blocked(self, target: ExportTarget) -> None:
+        """Raise `ExportBlocked` when a run could not export ``target``: the gate blocks it,
+        or the exporter skipped this very input (a current skipped receipt)."""
         refusal = self.blocked_formats(target.partition_key).get(target.format)
         if refusal is not None:
             raise refusal
+        receipt = read_receipt(self.storage, target.format, target.partition_key)
+        if receipt is not None and receipt.status == "skipped" and self._current(receipt):
+            raise ExportBlocked(_skip_message(receipt), (receipt.reason,))
 
     def _options_match(self, target: ExportTarget, options: Mapping[str, Any]) -> bool:
         """Whether the stored artefact was written with ``options`` (Holos: decode_frames)."""
@@ -388,6 +398,10 @@ class ExportService:
 
         notes = stored_notes(self.storage, target.partition_key) or {}
         return bool(notes.get("decode_frames", False)) == bool(options.get("decode_frames"))
+
+
+def _skip_message(receipt: ExportReceipt) -> str:
+    return f"capture {receipt.capture_key}: not exported: {receipt.reason}"
 
 
 def _epoch(iso: str) -> float:
