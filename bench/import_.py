@@ -18,7 +18,9 @@ the machine's load hits both alike), on one pinned core:
 
 Outputs are deleted between episodes (not timed). ``ratio_vs_read_floor`` is import /
 floor in process CPU time (the machine is shared: wall time is reported beside it);
-``episodes_per_core_hour`` follows from the import's wall time per episode. The same is
+``episodes_per_core_hour`` follows from the import's CPU time per episode (what a
+dedicated core does; ``episodes_per_hour_wall`` is the wall-time rate at the load of
+the run). The same is
 measured for ``--hd-episodes`` episodes with a 1920x1080 video (the published size).
 """
 
@@ -124,12 +126,13 @@ def run(episodes: int, seconds: float, distinct: int, hd_episodes: int) -> dict[
     with tempfile.TemporaryDirectory(prefix="bench-import-") as tmp:
         main = _run(Path(tmp) / "sd", episodes, (640, 360), frames, min(distinct, episodes))
         hd = _run(Path(tmp) / "hd", hd_episodes, (1920, 1080), frames, 1) if hd_episodes else None
-    per_episode_s = main["import_wall_s"] / episodes
+    cpu_per_episode_s = main["import_cpu_s"] / episodes
     result: dict[str, Any] = {
         **main,
         "episode_seconds": seconds,
-        "episodes_per_core_hour": 3600.0 / per_episode_s,
-        "egodex_core_hours": EGODEX_EPISODES * per_episode_s / 3600.0,
+        "episodes_per_core_hour": 3600.0 / cpu_per_episode_s,
+        "egodex_core_hours": EGODEX_EPISODES * cpu_per_episode_s / 3600.0,
+        "episodes_per_hour_wall": 3600.0 * episodes / main["import_wall_s"],
         "target_ratio": TARGET_RATIO,
         "meets_target": main["ratio_vs_read_floor"] <= TARGET_RATIO,
         "pinned_core": core,
@@ -148,7 +151,8 @@ def _table(r: dict[str, Any]) -> str:
         ("import + trajectory, ms/episode", f"{r['import_ms_per_episode']:.1f}"),
         ("ratio vs floor (CPU time)", f"{r['ratio_vs_read_floor']:.2f} (target <= {TARGET_RATIO})"),
         ("ratio vs floor (wall time)", f"{r['ratio_vs_read_floor_wall']:.2f}"),
-        ("episodes per core-hour", f"{r['episodes_per_core_hour']:.0f}"),
+        ("episodes per core-hour (CPU time)", f"{r['episodes_per_core_hour']:.0f}"),
+        ("episodes per hour (wall, this load)", f"{r['episodes_per_hour_wall']:.0f}"),
         ("338k EgoDex episodes", f"{r['egodex_core_hours']:.1f} core-hours"),
         ("load average (1 min) before / after",
          f"{r['load_average_1min_before']:.1f} / {r['load_average_1min_after']:.1f}"),

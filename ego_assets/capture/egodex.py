@@ -101,7 +101,7 @@ def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
     quats = np.full((*finite.shape, 4), np.nan)
     # rigid within RIGID_TOLERANCE (checked above): no orthogonalization (an SVD per pose)
     quats[finite] = Rotation.from_matrix(poses[..., :3, :3][finite], assume_valid=True).as_quat()
-    positions = poses[..., :3, 3]
+    positions = poses[..., :3, 3].astype(np.float64)
     ts = video.timestamp_ns
     base = {**video.attrs, "source_file": HDF5_FILE}
     index = {name: i for i, name in enumerate(("camera", *JOINTS))}
@@ -116,7 +116,7 @@ def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
         streams.append(_hand_stream(side, ts, positions, quats, finite, confidence, index, base))
     streams.extend(pose_stream(f"body_{joint}", joint) for joint in BODY_JOINTS)
     world_to_camera = np.full((n, 4, 4), np.nan)
-    world_to_camera[finite[0]] = np.linalg.inv(poses[0][finite[0]])
+    world_to_camera[finite[0]] = np.linalg.inv(poses[0][finite[0]].astype(np.float64))
     streams.append(video.frames_stream(intrinsic, world_to_camera, "arkit", HDF5_FILE))
     quirks = video.quirks()
     if confidence is None:
@@ -162,7 +162,7 @@ def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
 def _read_hdf5(
     files: CaptureFiles,
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, dict[str, str]]:
-    """(1 + 68, N, 4, 4) float64 poses (camera first, then `JOINTS`), (68, N) confidences
+    """(1 + 68, N, 4, 4) float32 poses (camera first, then `JOINTS`), (68, N) float64 confidences
     or None, the 3x3 intrinsic and the text attributes; every shape checked before reading."""
     path = files.path(HDF5_FILE)
     try:
@@ -174,7 +174,8 @@ def _read_hdf5(
         n = poses.shape[1]
         confidence = None
         if f.get("confidences") is not None:
-            confidence = _read_stack(files, _group(files, f, "confidences"), *JOINTS, n=n)
+            stack = _read_stack(files, _group(files, f, "confidences"), *JOINTS, n=n)
+            confidence = stack.astype(np.float64)
         cam_group = _group(files, f, "camera")
         k_ds = _dataset(files, cam_group, "camera", "intrinsic")
         if k_ds.shape != (3, 3):
@@ -214,12 +215,13 @@ def _dataset(files: CaptureFiles, group: h5py.Group, where: str, name: str) -> h
 def _read_stack(
     files: CaptureFiles, group: h5py.Group, *names: str, n: int | None = None
 ) -> np.ndarray:
-    """(len(names), N, ...) float64: one float dataset per name of ``group``, each checked
+    """(len(names), N, ...) float32: one float dataset per name of ``group``, each checked
     for its shape ((N, 4, 4) poses, (N,) confidences) before it is read into the stack.
 
     Uses HDF5's low-level open and read: a high-level ``Dataset`` costs more than reading
-    a 300-frame pose. Read as float32 (EgoDex's type; HDF5 converts any other float type),
-    widened by numpy in one step (HDF5's own conversion is several times slower).
+    a 300-frame pose. Returned as float32, EgoDex's type (HDF5 converts any other float
+    type); callers widen what they keep (numpy's conversion is several times faster than
+    HDF5's).
     """
     where = group.name.strip("/")
     per_frame: tuple[int, ...] = (4, 4) if where == "transforms" else ()
@@ -231,13 +233,13 @@ def _read_stack(
         except KeyError:
             reason = "is not a dataset" if name in group else "dataset is missing"
             raise files.error(HDF5_FILE, reason, field=field) from None
-        if dsid.dtype.kind != "f":
+        if dsid.get_type().get_class() != h5py.h5t.FLOAT:  # cheaper than building a dtype
             raise files.error(HDF5_FILE, f"dtype {dsid.dtype} is not floating-point", field=field)
         n = _frames(files, field, dsid.shape, per_frame, n)
         if i == 0:
             out = np.empty((len(names), n, *per_frame), np.float32)
         dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, out[i], _FLOAT32)
-    return out.astype(np.float64)
+    return out
 
 
 def _frames(
@@ -267,7 +269,7 @@ def _check_rigid(files: CaptureFiles, poses: np.ndarray, finite: np.ndarray) -> 
     ten times slower on (69, N) small matrices.
     """
     col = [[poses[..., i, j] for i in range(3)] for j in range(3)]  # col[j][i] = R[i, j]
-    err = np.abs(poses[..., 3, :] - np.array([0.0, 0.0, 0.0, 1.0])).max(axis=-1)
+    err = np.abs(poses[..., 3, :] - np.array([0.0, 0.0, 0.0, 1.0], poses.dtype)).max(axis=-1)
     for j, k in ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)):
         gram = col[j][0] * col[k][0] + col[j][1] * col[k][1] + col[j][2] * col[k][2]
         err = np.maximum(err, np.abs(gram - float(j == k)))
