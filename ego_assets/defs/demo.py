@@ -12,8 +12,12 @@
 3. Refreshes the aggregates (``aggregates_job``: quality catalog, packed datasets, the
    dataset catalog's dbt models) when anything ran or the catalog cannot answer queries
    (never built, unreadable, models missing).
-4. Prints a summary table, the quality table, the exports of every capture and the
-   dataset catalog's composition and export coverage (`ego-assets catalog`).
+4. Prints (`ego_assets.demo_report`) one captures table whose status is the gate's
+   word, every problem whole (blocking reasons, a failed run's error, landing-zone
+   entries passed over and why), the exports and merged datasets with absolute paths,
+   the dataset catalog's composition and export coverage (`ego-assets catalog`), and a
+   closing block: where everything is, what to open, what the blocked captures need.
+   Dagster's and dbt's own output goes to ``<data>/logs/demo.log`` meanwhile.
 
 A second run finds every run key done and only prints the tables.
 """
