@@ -51,6 +51,7 @@ from ego_assets.demo_report import (
     print_closing,
     print_exports,
     skipped_status,
+    wrap,
 )
 from ego_assets.fixtures import real_fixture
 from ego_assets.landing import skipped_entries
@@ -223,7 +224,7 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     print_datasets(store, keys, out)
     print(file=out)
     if catalog_error:
-        print(f"dataset catalog: FAILED {catalog_error}", file=out)
+        print(wrap(catalog_error, "dataset catalog: FAILED ", "  "), file=out)
     shown = run_catalog(data_dir, out=out)
     print_closing(data_dir, dagster_home, statuses, out)
     return 1 if failures or catalog_error or shown != 0 else 0
