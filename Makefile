@@ -92,7 +92,7 @@ demo: $(STAMP)
 	DAGSTER_HOME=$(LOCAL_DAGSTER_HOME) $(BIN)/ego-assets demo --data ./data
 
 dev: $(STAMP)
-	mkdir -p $(LOCAL_DAGSTER_HOME)
+	$(BIN)/python -m ego_assets.defs.runs $(LOCAL_DAGSTER_HOME)  # its dagster.yaml, if none
 	DAGSTER_HOME=$(LOCAL_DAGSTER_HOME) EGO_DATA_DIR=$(CURDIR)/data $(BIN)/dagster dev -w workspace.yaml
 
 bench: $(STAMP)

@@ -9,6 +9,8 @@
    exactly as the sensor daemon tags its runs (``dagster/run_key``,
    ``dagster/sensor_name``). The daemon skips a run key that already has a run of its
    sensor, so ``make dev`` afterwards re-runs none of the demo's captures: one path.
+   First, runs of the demo's sensor whose process died (a killed demo) are marked failed
+   and their captures run again (`ego_assets.defs.runs`).
 3. Refreshes the aggregates (``aggregates_job``: quality catalog, packed datasets, the
    dataset catalog's dbt models) when anything ran or the catalog cannot answer queries
    (never built, unreadable, models missing).
@@ -27,7 +29,9 @@ import logging
 import os
 import shutil
 import sys
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -43,6 +47,13 @@ from ego_assets.definitions import build_defs
 from ego_assets.defs.egosmith import egosmith_rows
 from ego_assets.defs.partitions import CAPTURE_JOB, all_sets
 from ego_assets.defs.resources import StorageResource
+from ego_assets.defs.runs import (
+    RUN_KEY_TAG,
+    SENSOR_NAME_TAG,
+    ensure_local_instance,
+    heal_dead_runs,
+    rerun_after_death,
+)
 from ego_assets.demo_report import (
     LOG_FILE,
     capture_status,
@@ -77,9 +88,6 @@ ARIA_WAIVER = (
     "the sample folder joins two recordings; the 53 s gap between them is known, not a dropout",
     "ego-assets demo",
 )
-# Tags the sensor daemon puts on the runs it launches for a run request.
-RUN_KEY_TAG = "dagster/run_key"
-SENSOR_NAME_TAG = "dagster/sensor_name"
 # Keep the terminal for the progress bar and the tables (a blocked export is a table row,
 # not a traceback); the UI has the full event log.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -111,10 +119,10 @@ def seed_landing(landing: Path, seconds: float) -> list[str]:
 
 
 def open_instance(data_dir: Path) -> dg.DagsterInstance:
-    """The persistent local instance: $DAGSTER_HOME, else ``<data>/.dagster_home``."""
+    """The persistent local instance: $DAGSTER_HOME, else ``<data>/.dagster_home`` (with
+    the local ``dagster.yaml`` when it has none: `ensure_local_instance`)."""
     home = Path(os.environ.get("DAGSTER_HOME") or data_dir / ".dagster_home")
-    home.mkdir(parents=True, exist_ok=True)
-    return instance_at(str(home))
+    return instance_at(str(ensure_local_instance(home)))
 
 
 def seed_waiver(storage: Storage) -> bool:
@@ -139,15 +147,71 @@ def pending_requests(
     instance: dg.DagsterInstance, requests: Sequence[dg.RunRequest], sensor_name: str
 ) -> list[dg.RunRequest]:
     """``requests`` without those whose run key already has a run of ``sensor_name``:
-    the daemon's own rule, so the demo and the daemon never launch the same capture twice."""
+    the daemon's own rule, so the demo and the daemon never launch the same capture twice;
+    except a run key whose newest run died (`rerun_after_death`)."""
     out = []
     for request in requests:
         if request.run_key:
-            runs = instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: request.run_key}))
-            if any(r.tags.get(SENSOR_NAME_TAG) == sensor_name for r in runs):
+            tags = {RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: sensor_name}
+            if not rerun_after_death(instance.get_runs(dg.RunsFilter(tags=tags), limit=1)):
                 continue
         out.append(request)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """What one `landing_tick` did: the requests it ran, the first error of each failed
+    capture, and the run keys whose earlier run had died (marked failed, run again)."""
+
+    requests: list[dg.RunRequest]
+    failures: dict[str, str]
+    died: list[str]
+
+
+def landing_tick(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    storage: StorageResource,
+    progress: TextIO | None = None,
+) -> Tick:
+    """One tick of the landing sensor, run here: runs of it whose process died are marked
+    failed first (`heal_dead_runs`), then each pending request's ``capture_job`` runs in
+    this process (a progress bar on ``progress``, none when None)."""
+    landing_sensor = defs.get_sensor_def("landing_sensor")
+    died = heal_dead_runs(instance, {SENSOR_NAME_TAG: landing_sensor.name}, time.time())
+    context = dg.build_sensor_context(
+        instance=instance, resources={"storage": storage}, definitions=defs
+    )
+    result = landing_sensor(context)
+    requests: list[dg.RunRequest] = []
+    if isinstance(result, dg.SensorResult):
+        for add in result.dynamic_partitions_requests or []:
+            name = str(add.partitions_def_name)
+            instance.add_dynamic_partitions(name, list(add.partition_keys or []))
+        requests = pending_requests(instance, result.run_requests or [], landing_sensor.name)
+    failures: dict[str, str] = {}
+    bar = tqdm(
+        requests,
+        desc="materializing captures",
+        unit="capture",
+        disable=not requests or progress is None,
+        file=progress,
+    )
+    for request in bar:
+        key = str(request.partition_key)
+        job = defs.resolve_job_def(request.job_name or CAPTURE_JOB)  # the capture's set's
+        run = job.execute_in_process(
+            run_config=QUIET_RUN_CONFIG,
+            partition_key=key,
+            instance=instance,
+            tags=sensor_tags(request, landing_sensor.name),
+            raise_on_error=False,
+        )
+        error = _run_error(run)
+        if error:
+            failures[key] = error
+    return Tick(requests, failures, died)
 
 
 def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> int:
@@ -169,44 +233,13 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     if ARIA_SAMPLE_KEY in seeded and seed_waiver(store):
         print(f"waived {ARIA_WAIVER[0]} on {ARIA_SAMPLE_KEY} ({ARIA_WAIVER[1]})", file=out)
     log_path = data_dir / LOG_FILE
-    failures: dict[str, str] = {}
     with output_to_log(log_path) as terminal:
         storage = StorageResource(root=str(data_dir))
         defs = build_defs(storage)
-        landing_sensor = defs.get_sensor_def("landing_sensor")
         with open_instance(data_dir) as instance:
             dagster_home = Path(instance.root_directory)
-            context = dg.build_sensor_context(
-                instance=instance, resources={"storage": storage}, definitions=defs
-            )
-            result = landing_sensor(context)
-            requests: list[dg.RunRequest] = []
-            if isinstance(result, dg.SensorResult):
-                for add in result.dynamic_partitions_requests or []:
-                    name = str(add.partitions_def_name)
-                    instance.add_dynamic_partitions(name, list(add.partition_keys or []))
-                requests = pending_requests(
-                    instance, result.run_requests or [], landing_sensor.name
-                )
-            for request in tqdm(
-                requests,
-                desc="materializing captures",
-                unit="capture",
-                disable=not requests,
-                file=terminal,
-            ):
-                key = str(request.partition_key)
-                job = defs.resolve_job_def(request.job_name or CAPTURE_JOB)  # the capture's set's
-                run = job.execute_in_process(
-                    run_config=QUIET_RUN_CONFIG,
-                    partition_key=key,
-                    instance=instance,
-                    tags=sensor_tags(request, landing_sensor.name),
-                    raise_on_error=False,
-                )
-                error = _run_error(run)
-                if error:
-                    failures[key] = error
+            tick = landing_tick(defs, instance, storage, progress=terminal)
+            requests, failures = tick.requests, tick.failures
             keys = [
                 k for cs in all_sets() for k in instance.get_dynamic_partitions(cs.partitions_name)
             ]
@@ -215,6 +248,8 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
                 print("building the dataset catalog (dbt)...", file=terminal, flush=True)
                 catalog_error = refresh_aggregates(defs, instance)
     print(f"Dagster's and dbt's own output: {log_path}", file=out)
+    if tick.died:
+        print(f"runs whose process died, run again: {', '.join(sorted(tick.died))}", file=out)
     if not requests:
         print("landing zone: nothing new; outputs unchanged", file=out)
     statuses = [capture_status(store, key, failures.get(key, "")) for key in sorted(keys)]

@@ -1,0 +1,150 @@
+"""A run killed with its process (SIGKILL) is noticed, marked failed and its capture is run
+again by the next tick, at three points of the run: intake, normalization, an export.
+
+The killed run is the demo's own path (`landing_tick` in a child process on the local
+instance the demo uses); the next tick is the same call here. The daemon's path is the
+local run launcher's health check, asserted on the same dead run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from ego_assets.catalog.receipts import EXPORT_FORMATS, read_receipt
+from ego_assets.dagster_compat import WorkerStatus, instance_at
+from ego_assets.defs.runs import (
+    LOCAL_INSTANCE_YAML,
+    WORKER_DIED_TAG,
+    ensure_local_instance,
+    process_alive,
+)
+from ego_assets.storage import Storage
+from ego_assets.synth import synthesize
+
+KEY = "heal-0001"
+# Generous: a capture's run imports and starts in a child process on a busy 2-core laptop.
+WAIT_S = 900.0
+
+TICK = """
+import sys
+from pathlib import Path
+from ego_assets.definitions import build_defs
+from ego_assets.defs.demo import landing_tick, open_instance
+from ego_assets.defs.resources import StorageResource
+
+data = Path(sys.argv[1])
+storage = StorageResource(root=str(data))
+with open_instance(data) as instance:
+    landing_tick(build_defs(storage), instance, storage)
+"""
+
+
+def _step_started(instance: dg.DagsterInstance, step: str) -> str | None:
+    """The run id of a run whose step ``step`` has started (None: none yet)."""
+    for run in instance.get_runs():
+        for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START):
+            if entry.step_key == step:
+                return run.run_id
+    return None
+
+
+def _wait_for_step(home: Path, step: str, child: subprocess.Popen[bytes]) -> str:
+    deadline = time.monotonic() + WAIT_S
+    with instance_at(str(home)) as instance:
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                pytest.fail(f"the tick ended (rc {child.returncode}) before step {step} started")
+            run_id = _step_started(instance, step)
+            if run_id is not None:
+                return run_id
+            time.sleep(0.2)
+    pytest.fail(f"step {step} of {KEY}'s run did not start within {WAIT_S:.0f} s")
+
+
+@pytest.mark.parametrize("step", ["raw_capture", "trajectory", "ceres_episode"])
+def test_a_run_killed_at_a_step_is_failed_and_run_again_by_the_next_tick(tmp_path, step):
+    from ego_assets.definitions import build_defs
+    from ego_assets.defs.demo import landing_tick, open_instance
+    from ego_assets.defs.resources import StorageResource
+
+    data = tmp_path / "data"
+    synthesize("webxr", data / "landing" / KEY, seconds=2.0, seed=5, capture_id=KEY)
+    home = data / ".dagster_home"
+    with instance_at(str(ensure_local_instance(home))):  # its storage made before the child
+        pass
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("DAGSTER_HOME", None)
+    child = subprocess.Popen(
+        [sys.executable, "-c", TICK, str(data)], env=env, stdout=subprocess.DEVNULL
+    )
+    try:
+        run_id = _wait_for_step(home, step, child)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+
+    storage = Storage(data)
+    with instance_at(str(home)) as instance:
+        dead = instance.get_run_by_id(run_id)
+        assert dead is not None and dead.status == dg.DagsterRunStatus.STARTED
+        # the daemon's view (make dev): run monitoring asks the local launcher
+        health = instance.run_launcher.check_run_worker_health(dead)
+        assert health.status == WorkerStatus.FAILED and str(child.pid) in (health.msg or "")
+    assert [read_receipt(storage, f, KEY) for f in EXPORT_FORMATS] == [None] * 3
+
+    resource = StorageResource(root=str(data))
+    with open_instance(data) as instance:
+        tick = landing_tick(build_defs(resource), instance, resource)
+        assert [r.run_key for r in tick.requests] == [KEY] and tick.failures == {}
+        assert tick.died == [KEY]
+        dead = instance.get_run_by_id(run_id)
+        assert dead is not None and dead.status == dg.DagsterRunStatus.FAILURE
+        assert dead.tags[WORKER_DIED_TAG] == str(child.pid)
+        runs = instance.get_runs(dg.RunsFilter(tags={"dagster/run_key": KEY}))
+        assert [r.status for r in runs] == [
+            dg.DagsterRunStatus.SUCCESS,
+            dg.DagsterRunStatus.FAILURE,
+        ]
+        # once: the tick after that runs nothing
+        again = landing_tick(build_defs(resource), instance, resource)
+        assert again.requests == [] and again.died == []
+    receipts = {f: read_receipt(storage, f, KEY) for f in EXPORT_FORMATS}
+    assert {f: r is not None and r.capture_key == KEY for f, r in receipts.items()} == {
+        f: True for f in EXPORT_FORMATS
+    }
+
+
+def test_the_local_instance_config_turns_on_run_monitoring_and_one_retry(tmp_path):
+    home = ensure_local_instance(tmp_path / "home")
+    assert (home / "dagster.yaml").read_text() == LOCAL_INSTANCE_YAML
+    with instance_at(str(home)) as instance:
+        assert type(instance.run_launcher).__name__ == "LocalRunLauncher"
+        assert (
+            instance.run_monitoring_enabled
+            and instance.run_launcher.supports_check_run_worker_health
+        )
+        assert instance.run_retries_enabled and instance.run_retries_max_retries == 1
+        assert not instance.run_retries_retry_on_asset_or_op_failure
+    # an instance folder with its own configuration is left alone
+    (tmp_path / "prod").mkdir()
+    (tmp_path / "prod" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    ensure_local_instance(tmp_path / "prod")
+    assert (tmp_path / "prod" / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
+
+
+def test_a_live_worker_is_alive_and_a_reused_pid_is_not():
+    started = time.time()
+    assert process_alive(os.getpid(), started)
+    assert not process_alive(os.getpid(), 0.0)  # this process was created after epoch 0 + 1 s
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    assert not process_alive(done.pid, started)
