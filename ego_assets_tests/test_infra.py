@@ -98,6 +98,11 @@ def test_instance_opens_on_a_fresh_postgres_database_with_the_single_writer_pool
             queue = instance.get_concurrency_config().run_queue_config
             assert queue is not None and queue.max_concurrent_runs == 8
             assert instance.run_retries_enabled and instance.run_monitoring_enabled
+            # crashed runs (dead worker: the launcher's health check) are retried once
+            assert type(instance.run_launcher).__name__ == "LocalRunLauncher"
+            assert instance.run_launcher.supports_check_run_worker_health
+            assert instance.run_retries_max_retries == 1
+            assert not instance.run_retries_retry_on_asset_or_op_failure
             # Storage round trip: a partition registered is read back from Postgres.
             instance.add_dynamic_partitions("captures", ["cap-001", "cap-002"])
             assert instance.get_dynamic_partitions("captures") == ["cap-001", "cap-002"]
@@ -143,6 +148,8 @@ def test_compose_file_wires_postgres_s3_code_server_webserver_and_daemon() -> No
     assert services["code"]["depends_on"]["init"]["condition"] == ("service_completed_successfully")
     for name in ("webserver", "daemon"):
         assert services[name]["depends_on"]["code"]["condition"] == "service_healthy"
+    # run monitoring finds dead run workers (the code server's children) by process id
+    assert services["daemon"]["pid"] == "service:code"
     assert "single_writer 1" in " ".join(services["init"]["command"])
     # Published ports are bound to loopback only.
     for name in ("webserver", "s3"):

@@ -18,7 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from ego_assets.catalog.receipts import EXPORT_FORMATS, read_receipt
+from ego_assets.catalog.receipts import read_receipt
 from ego_assets.dagster_compat import WorkerStatus, instance_at
 from ego_assets.defs.runs import (
     LOCAL_INSTANCE_YAML,
@@ -26,10 +26,12 @@ from ego_assets.defs.runs import (
     ensure_local_instance,
     process_alive,
 )
+from ego_assets.exports import registry
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 
 KEY = "heal-0001"
+EXPORT_FORMATS = registry.names()
 # Generous: a capture's run imports and starts in a child process on a busy 2-core laptop.
 WAIT_S = 900.0
 

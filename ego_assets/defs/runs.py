@@ -15,10 +15,12 @@ A run killed with its process (SIGKILL, OOM, a closed laptop lid's power loss) s
   gone and tags it `WORKER_DIED_TAG`; `rerun_after_death` then lets the capture's run
   request through again (the landing sensor's run key would otherwise skip it for good).
 
-A worker is the process that wrote the run's first event (Dagster records each event's
-process id). It is alive when a process with that id exists, is not a zombie and was
-created before the run started (a later one is another process reusing the id). This
-holds on one host: the local instance. Elsewhere the launcher decides.
+A worker is the process that wrote the run's RUN_START event (Dagster records each
+event's process id). It is alive when a process with that id exists, is not a zombie and
+was created before the run started (a later one is another process reusing the id). This
+holds where the daemon sees the run workers' processes: one host (the local instance, a
+laptop on PostgreSQL), or docker compose, whose daemon shares the code server's process
+namespace (``infra/docker-compose.yaml``). Kubernetes uses `K8sRunLauncher`'s check.
 """
 
 from __future__ import annotations
@@ -77,8 +79,9 @@ def ensure_local_instance(home: Path) -> Path:
 
 
 def worker(instance: dg.DagsterInstance, run_id: str) -> tuple[int, float] | None:
-    """(process id, epoch s) of the run's first event with a process id; None if none."""
-    for entry in instance.all_logs(run_id):
+    """(process id, epoch s) of the run's worker: the process that wrote its RUN_START
+    event (one indexed query); None before the run started."""
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_START):
         event = entry.dagster_event
         if event is not None and event.pid is not None:
             return event.pid, entry.timestamp
