@@ -29,9 +29,12 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ego_assets.errors import CaptureFormatError, CaptureKeyError
+
+if TYPE_CHECKING:
+    from ego_assets.storage import Storage
 
 
 class UsageError(Exception):
@@ -252,6 +255,9 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.data), seconds=args.seconds)
 
 
+STAGES_OF_A_CAPTURE = ("raw", "trajectory", "quality")  # a capture seen by the platform
+
+
 def _known_metric(metric: str) -> str:
     """``metric`` if its name (after any ``<scope>/``) is a quality metric, else UsageError."""
     from ego_assets.quality.thresholds import default_thresholds
@@ -262,7 +268,7 @@ def _known_metric(metric: str) -> str:
     return metric
 
 
-def _seen_capture(storage: Any, key: str) -> str:
+def _seen_capture(storage: Storage, key: str) -> str:
     """``key`` if the data root has seen that capture (landing folder, raw copy, trajectory
     or quality report), else UsageError."""
     from ego_assets.keys import validate_capture_key
@@ -275,9 +281,6 @@ def _seen_capture(storage: Any, key: str) -> str:
             "or quality report)"
         )
     return key
-
-
-STAGES_OF_A_CAPTURE = ("raw", "trajectory", "quality")
 
 
 def _waive(args: argparse.Namespace) -> int:
