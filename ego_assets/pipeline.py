@@ -9,7 +9,6 @@
   recording (``episode.rrd``, with the raw video) and the export gate
   (export policy + waivers, Great Expectations results), skipped likewise when nothing
   changed (trajectory, quality code, policy, thresholds and the episode's waivers).
-* `require_export_gate`: what every exporter calls first.
 * `rejudge_gate`: re-decide a stored gate after its waivers changed (``ego-assets waive``).
 """
 
@@ -28,7 +27,7 @@ from ego_assets.capture.manifest import (
     raw_capture_dir,
 )
 from ego_assets.quality.expectations import run_expectations
-from ego_assets.quality.gate import GATE_FILE, Gate, require_gate
+from ego_assets.quality.gate import GATE_FILE, Gate
 from ego_assets.quality.policy import default_policy
 from ego_assets.quality.report import REPORT_VERSION, compute_report, write_report
 from ego_assets.quality.thresholds import default_thresholds
@@ -200,12 +199,6 @@ def stored_gate(storage: Storage, key: str) -> Gate | None:
     if not path.exists():
         return None
     return Gate.from_json(path.read_text())
-
-
-def require_export_gate(storage: Storage, key: str, export: str | None = None) -> Gate:
-    """The gate of ``key``; raises `ExportBlockedError` (naming the policy's reasons) unless
-    the export policy, after waivers, allows ``export`` (None: every export)."""
-    return require_gate(stored_gate(storage, key), key, export)
 
 
 def rejudge_gate(storage: Storage, key: str) -> Gate | None:

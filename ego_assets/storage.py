@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 
 from upath import UPath
 
+from ego_assets.fileio import write_file_atomic
 from ego_assets.keys import validate_capture_key
 from ego_assets.progress import UPLOAD_TASK, report
 from ego_assets.trajectory.store import (
@@ -54,7 +55,6 @@ from ego_assets.trajectory.store import (
     STAGING_SUFFIX,
     atomic_directory,
     remove_leftovers,
-    write_file_atomic,
 )
 
 # The raw copy's layout, ``raw/<key>/``: the platform's manifest (its index file) beside

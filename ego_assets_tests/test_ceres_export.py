@@ -12,14 +12,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from ego_assets import ceres_export, pipeline
+from ego_assets import pipeline
 from ego_assets.catalog.receipts import folder_digest, read_receipt
 from ego_assets.defs.ceres import ceres_dataset, ceres_episode
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
-from ego_assets.episode_index import EpisodeIndexRegistry
-from ego_assets.exports.registry import CERES
+from ego_assets.exports import ceres as ceres_export
+from ego_assets.exports.episode_index import EpisodeIndexRegistry
+from ego_assets.exports.run import run_export
 from ego_assets.formats.ceres_lerobot import CAMERA_KEY
 from ego_assets.quality.gate import ExportBlockedError
 from ego_assets.storage import Storage
@@ -50,9 +51,7 @@ def landing(tmp_path_factory):
 
 def _export(storage: Storage, key: str) -> pipeline.StepResult:
     """What the asset does for one capture: gate, stable index, export."""
-    gate = pipeline.require_export_gate(storage, key, CERES.policy_key)
-    index = EpisodeIndexRegistry(storage).index_for(key)
-    return ceres_export.export_episode(storage, key, index, gate.data_version)
+    return run_export(storage, key, ceres_export.CeresExporter())
 
 
 def _prepare(storage: Storage, keys) -> None:

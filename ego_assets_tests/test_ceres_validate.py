@@ -14,11 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ego_assets import ceres_export, pipeline
+from ego_assets import pipeline
 from ego_assets.catalog.receipts import read_receipt
 from ego_assets.cli import main
-from ego_assets.episode_index import EpisodeIndexRegistry
-from ego_assets.exports.registry import CERES
+from ego_assets.exports import ceres as ceres_export
+from ego_assets.exports.episode_index import EpisodeIndexRegistry
+from ego_assets.exports.run import run_export
 from ego_assets.formats.ceres_lerobot import shard_name, write_shard
 from ego_assets.formats.ceres_lerobot_validate import validate_dataset
 from ego_assets.formats.ceres_merge import merge_shards
@@ -104,8 +105,7 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from ego_assets import ceres_export, pipeline, storage as storage_module
-    from ego_assets.episode_index import EpisodeIndexRegistry
+    from ego_assets.exports import ceres as ceres_export, run as export_run
     from ego_assets.formats import ceres_lerobot, lerobot_video
     from ego_assets.storage import Storage
 
@@ -138,11 +138,9 @@ CHILD = textwrap.dedent(
             return real(src, dst)
         store.os.replace = replace
     elif point == "export-receipt":
-        ceres_export.write_receipt = kill_before(ceres_export.write_receipt)
+        export_run.write_receipt = kill_before(export_run.write_receipt)
     store = Storage(root)
-    gate = pipeline.require_export_gate(store, key, CERES.policy_key)
-    index = EpisodeIndexRegistry(store).index_for(key)
-    ceres_export.export_episode(store, key, index, gate.data_version)
+    export_run.run_export(store, key, ceres_export.CeresExporter())
     print("finished")
     """
 )
@@ -184,8 +182,7 @@ def test_sigkill_leaves_nothing_taken_as_finished(prepared, tmp_path, point):
     assert read_receipt(storage, "ceres_episode", "k-1") is None
     index = EpisodeIndexRegistry(storage).lookup("k-1")
     assert index == 0
-    gate = pipeline.require_export_gate(storage, "k-1", CERES.policy_key)
-    result = ceres_export.export_episode(storage, "k-1", index, gate.data_version)
+    result = run_export(storage, "k-1", ceres_export.CeresExporter())
     assert result.figures["episode_index"] == 0
     assert result.reused == (point == "export-receipt")
     shard = Path(target.path) / "shards" / shard_name(0)

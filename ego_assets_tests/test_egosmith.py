@@ -27,14 +27,15 @@ from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.receipts import read_receipt
 from ego_assets.cli import main
 from ego_assets.defs.demo import aria_fixture_dir
-from ego_assets.formats import egosmith_constants as C
-from ego_assets.formats.egosmith_export import (
+from ego_assets.exports.egosmith import (
+    EgoSmithExporter,
     dataset_path,
     episode_path,
-    export_episode,
     pack_dataset,
     stored_episode,
 )
+from ego_assets.exports.run import export_capture
+from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_loader import split_shards, window_dataset
 from ego_assets.formats.egosmith_reader import is_egosmith_path, iter_shard, validate_path
 from ego_assets.formats.egosmith_webdataset import (
@@ -63,6 +64,14 @@ CAPTURES = {
 EPISODES = {key: 10 + i for i, key in enumerate([*CAPTURES, "aria"])}
 OPTIONS = EgoSmithOptions(shard_bytes=400_000, export_depth=True, val_fraction=0.3)
 TOL = dict(rtol=1e-6, atol=2e-6)  # float32 rounding of metre-scale values
+
+
+def export_episode(storage, key, episode_index, options, gate_version=None):
+    """One episode through `export_capture` (no gate check; a receipt with a gate version)."""
+    exporter = EgoSmithExporter(options)
+    return export_capture(
+        storage, key, exporter, episode_index=episode_index, gate_version=gate_version
+    )
 
 
 @pytest.fixture(scope="module")

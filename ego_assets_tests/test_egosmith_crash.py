@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from ego_assets import pipeline
-from ego_assets.formats.egosmith_export import (
+from ego_assets.exports.egosmith import (
+    EgoSmithExporter,
     dataset_path,
     episode_path,
-    export_episode,
     finished_episodes,
     pack_dataset,
 )
+from ego_assets.exports.run import export_capture
 from ego_assets.formats.egosmith_reader import validate_path
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions
 from ego_assets.storage import Storage
@@ -33,10 +34,20 @@ from ego_assets_tests.waiting import CEILING_S
 OPTIONS = EgoSmithOptions(shard_bytes=300_000, val_fraction=0.0)
 KEY = "xr"
 
+
+def export_episode(storage, key, episode_index, options, gate_version=None):
+    """One episode through `export_capture` (no gate check; a receipt with a gate version)."""
+    exporter = EgoSmithExporter(options)
+    return export_capture(
+        storage, key, exporter, episode_index=episode_index, gate_version=gate_version
+    )
+
+
 CHILD = r"""
 import os, signal, sys
 from ego_assets.formats import egosmith_webdataset as w
-from ego_assets.formats import egosmith_export as x
+from ego_assets.exports import egosmith as x
+from ego_assets.exports.run import export_capture
 from ego_assets.storage import Storage
 
 root, job, point, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -68,7 +79,7 @@ elif point == "rename":  # the `count`-th os.replace of the folder swap
 options = w.EgoSmithOptions(shard_bytes=300_000, val_fraction=0.0, jpeg_quality=int(sys.argv[5]))
 storage = Storage(root)
 if job == "episode":
-    x.export_episode(storage, "xr", 7, options)
+    export_capture(storage, "xr", x.EgoSmithExporter(options), episode_index=7, gate_version=None)
 else:
     x.pack_dataset(storage, options)
 raise SystemExit(3)  # not reached when the kill point is hit

@@ -14,7 +14,7 @@ from ego_assets.defs.egosmith import egosmith_dataset, egosmith_shards
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
-from ego_assets.episode_index import EpisodeIndexRegistry
+from ego_assets.exports.episode_index import EpisodeIndexRegistry
 from ego_assets.formats.egosmith_reader import validate_path
 from ego_assets.quality.waivers import add_waiver
 from ego_assets.storage import Storage

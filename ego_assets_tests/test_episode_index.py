@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ego_assets.episode_index import EpisodeIndexRegistry
 from ego_assets.errors import CaptureKeyError
+from ego_assets.exports.episode_index import EpisodeIndexRegistry
 from ego_assets.storage import Storage
 
 KEYS = [f"cap-{i:02d}" for i in range(12)]

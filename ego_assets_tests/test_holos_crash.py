@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from ego_assets import holos_export, pipeline
-from ego_assets.formats.holos_hdf5 import remove_stale_temporaries, write_holos_hdf5
+from ego_assets import pipeline
+from ego_assets.exports import holos as holos_export
+from ego_assets.exports.run import run_export
+from ego_assets.fileio import remove_temporaries
+from ego_assets.formats.holos_hdf5 import write_holos_hdf5
 from ego_assets.formats.holos_hdf5_validate import validate_file
 from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.synth import synthesize
@@ -29,7 +32,8 @@ KEY = "phone"
 CHILD = r"""
 import os, signal, sys
 import h5py
-from ego_assets import holos_export
+from ego_assets.exports import holos as holos_export
+from ego_assets.exports.run import run_export
 from ego_assets.formats import holos_hdf5 as h
 from ego_assets.storage import Storage
 
@@ -69,7 +73,7 @@ elif point == "rename":  # at the swap of the finished folder into place
             die()
         replace(src, dst)
     os.replace = swapping
-holos_export.export_holos_hdf5(Storage(root), "phone", decode_frames=(point != "notes"))
+run_export(Storage(root), "phone", holos_export.HolosExporter(decode_frames=(point != "notes")))
 """
 
 
@@ -120,7 +124,7 @@ def test_killed_export_leaves_nothing_finished_and_the_rerun_completes(
     assert holos_export.stored_notes(storage, KEY) is None
     leftovers = list((root / "exports" / "holos_hdf5").glob(f".{KEY}.*"))
     assert leftovers, "the killed run left its hidden staging folder"
-    result = holos_export.export_holos_hdf5(storage, KEY)
+    result = run_export(storage, KEY, holos_export.HolosExporter())
     assert not result.reused
     (path,) = _finished(root)
     assert validate_file(path) == []
@@ -131,7 +135,7 @@ def test_killed_reexport_keeps_the_previous_export(prepared, tmp_path):
     root = tmp_path / "data"
     shutil.copytree(prepared, root)
     storage = Storage(root)
-    holos_export.export_holos_hdf5(storage, KEY)
+    run_export(storage, KEY, holos_export.HolosExporter())
     before = (root / "exports/holos_hdf5" / KEY / f"{KEY}.h5").read_bytes()
     notes = holos_export.stored_notes(storage, KEY)
     _kill(root, "dataset", 20)  # a decode_frames re-export: new version, killed midway
@@ -170,7 +174,7 @@ def test_killed_library_write_leaves_only_a_hidden_temporary(prepared, tmp_path)
     )
     assert run.returncode == -9, run.stderr[-2000:]
     assert not out.exists()
-    stale = remove_stale_temporaries(out)
+    stale = remove_temporaries(out)
     assert len(stale) == 1 and stale[0].name.startswith(".capture.h5.")
     notes = write_holos_hdf5(
         trajectory, Path(raw_capture_dir(storage.stage_path("raw", KEY)).path), out

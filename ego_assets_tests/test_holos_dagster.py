@@ -12,13 +12,13 @@ import pytest
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
 from dagster._core.loader import LoadingContextForTest
 
-from ego_assets import holos_export
 from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.receipts import read_receipt
 from ego_assets.defs.holos import holos_hdf5
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
+from ego_assets.exports import holos as holos_export
 from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION
 from ego_assets.formats.holos_hdf5_validate import validate_file
 from ego_assets.storage import Storage

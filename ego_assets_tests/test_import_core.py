@@ -14,8 +14,8 @@ import pytest
 
 from ego_assets.capture import read_checked_capture
 from ego_assets.capture.files import MARKER_FILE
-from ego_assets.capture.manifest import file_sha256
 from ego_assets.capture.provenance import PROVENANCE_FILE
+from ego_assets.fileio import file_sha256
 from ego_assets.importers.core import (
     STAGING_DIR,
     EpisodeImportError,

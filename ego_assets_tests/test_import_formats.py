@@ -274,14 +274,15 @@ def test_a_demo_without_time_fails_naming_the_dataset(tmp_path):
 def test_an_imported_capture_goes_through_raw_trajectory_gate_and_every_export(tmp_path, kind):
     """An imported episode is an ordinary capture: raw copy, trajectory, quality report,
     Rerun recording, gate, then the three exports, each valid to its own validator."""
-    from ego_assets import ceres_export, pipeline
-    from ego_assets.episode_index import EpisodeIndexRegistry
-    from ego_assets.formats import egosmith_export
+    from ego_assets import pipeline
+    from ego_assets.exports.ceres import CeresExporter
+    from ego_assets.exports.egosmith import EgoSmithExporter, episode_path
+    from ego_assets.exports.holos import HolosExporter
+    from ego_assets.exports.run import run_export
     from ego_assets.formats.ceres_lerobot_validate import validate_dataset
     from ego_assets.formats.egosmith_reader import validate_path
     from ego_assets.formats.holos_hdf5 import write_holos_hdf5
     from ego_assets.formats.holos_hdf5_validate import validate_file
-    from ego_assets.holos_export import export_holos_hdf5
 
     trajectory, raw = synth_capture(tmp_path / "raw", "webxr", "w", seconds=2.0, seed=9)
     src = tmp_path / "src"
@@ -303,17 +304,16 @@ def test_an_imported_capture_goes_through_raw_trajectory_gate_and_every_export(t
     pipeline.assess_quality(storage, key)
     gate = pipeline.stored_gate(storage, key)
     assert gate is not None and gate.passed, gate
-    index = EpisodeIndexRegistry(storage).index_for(key)
 
     exports = tmp_path / "data" / "exports"
-    export_holos_hdf5(storage, key)
+    run_export(storage, key, HolosExporter())
     (h5,) = exports.glob(f"holos_hdf5/{key}/*.h5")
     assert validate_file(h5) == []
-    ceres_export.export_episode(storage, key, index, gate.data_version)
+    run_export(storage, key, CeresExporter())
     (shard,) = exports.glob(f"ceres-lerobot-v3/{key}/shards/*")
     assert validate_dataset(shard) == []
-    egosmith_export.export_episode(storage, key, index, gate_version=gate.data_version)
-    report = validate_path(Path(egosmith_export.episode_path(storage, key).path))
+    run_export(storage, key, EgoSmithExporter())
+    report = validate_path(Path(episode_path(storage, key).path))
     if kind == "lerobot-v3":  # LeRobot keeps no per-frame camera pose: nothing to sample
         assert report.samples == 0 and "no head-camera video with per-frame" in report.errors[0]
     else:

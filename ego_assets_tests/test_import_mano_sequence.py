@@ -13,7 +13,8 @@ import pytest
 
 from ego_assets import pipeline
 from ego_assets.capture import read_checked_capture
-from ego_assets.formats import egosmith_export
+from ego_assets.exports.egosmith import EgoSmithExporter, episode_path
+from ego_assets.exports.run import export_capture
 from ego_assets.formats.egosmith_reader import iter_shard
 from ego_assets.importers import get_importer
 from ego_assets.importers.core import STAGING_DIR, import_source, open_source
@@ -96,8 +97,9 @@ def test_mano_parameters_land_as_the_mano_video_path_keeps_them(taco, tmp_path):
         step(storage, key)
     gate = pipeline.stored_gate(storage, key)
     assert gate is not None
-    egosmith_export.export_episode(storage, key, 0, gate_version=gate.data_version)
-    shard = next(Path(egosmith_export.episode_path(storage, key).path).rglob("*.tar"))
+    exporter = EgoSmithExporter()
+    export_capture(storage, key, exporter, episode_index=0, gate_version=gate.data_version)
+    shard = next(Path(episode_path(storage, key).path).rglob("*.tar"))
     sample = next(s for s in iter_shard(shard) if s.frame == 5)
     want = np.concatenate([trans[5], pose[5, :3], pose[5, 3:], betas]).astype(np.float32)
     assert sample.mano.shape == (2, 61) and np.array_equal(sample.mano[1], want)

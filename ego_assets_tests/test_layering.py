@@ -1,4 +1,6 @@
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ego_assets"
@@ -78,22 +80,93 @@ def _full_imports(path: Path) -> set[str]:
     return names
 
 
-def test_exporters_and_the_viewer_never_import_the_capture_package():
-    """Exporters read the trajectory and the gate, and locate an episode's raw files via
-    ``ego_assets.storage``; the capture readers and manifest stay out of them."""
-    modules = [
-        *PACKAGE.joinpath("formats").rglob("*.py"),
-        *PACKAGE.glob("*_export.py"),
-        *PACKAGE.joinpath("viewer").rglob("*.py"),
-    ]
-    assert {p.name for p in modules} >= {"egosmith_export.py", "ceres_export.py", "episode.py"}
-    assert "holos_export.py" in {p.name for p in modules}
-    offenders = {
-        path.relative_to(PACKAGE).as_posix(): sorted(
-            m
-            for m in _full_imports(path)
-            if m == "ego_assets.capture" or m.startswith("ego_assets.capture.")
-        )
-        for path in modules
-    }
-    assert {k: v for k, v in offenders.items() if v} == {}
+# The rooms of the package and which other rooms each may import (any depth, lazy
+# imports too): docs/architecture.md draws the same table. A room is a subpackage or a
+# top-level module; ``exports.registry`` is a room of its own (a leaf everyone may read).
+# Adding an import across rooms means adding it here, on purpose.
+ROOMS: dict[str, set[str]] = {
+    "errors": set(),
+    "fileio": set(),
+    "progress": set(),
+    "fixtures": set(),
+    "trajectory": set(),
+    "exports.registry": set(),
+    "keys": {"errors"},
+    "formats": {"fileio", "trajectory", "progress"},
+    "storage": {"fileio", "keys", "progress", "trajectory"},
+    "capture": {"errors", "fileio", "formats", "keys", "progress", "storage", "trajectory"},
+    "importers": {"capture", "errors", "fileio", "formats", "keys", "storage", "trajectory"},
+    "synth": {"capture", "fixtures", "progress", "trajectory"},
+    "landing": {"capture", "keys", "storage"},
+    "capture_sets": {"exports.registry", "keys"},
+    "quality": {"exports.registry", "fileio", "keys", "storage", "trajectory"},
+    "viewer": {"quality", "storage", "trajectory"},
+    "pipeline": {"capture", "quality", "storage", "trajectory", "viewer"},
+    "catalog": {
+        "capture", "exports.registry", "fileio", "keys", "pipeline", "quality", "storage",
+        "trajectory",
+    },
+    "exports": {
+        "catalog", "exports.registry", "formats", "keys", "pipeline", "progress", "quality",
+        "storage", "trajectory",
+    },
+    "defs": {
+        "capture", "capture_sets", "catalog", "dagster_compat", "definitions", "exports",
+        "exports.registry",
+        "fixtures", "formats", "keys", "landing", "pipeline", "progress", "quality",
+        "storage", "synth", "trajectory", "viewer",
+    },
+    "definitions": {"defs", "exports.registry"},
+    "demo_report": {"catalog", "exports.registry", "pipeline", "quality", "storage", "trajectory"},
+    "dagster_compat": set(),
+    "dagster_client": {"dagster_compat", "defs"},
+    "api": {
+        "catalog", "dagster_client", "defs", "errors", "exports", "exports.registry",
+        "pipeline", "quality", "storage", "trajectory",
+    },
+    "cli": {
+        "api", "capture", "capture_sets", "catalog", "dagster_client", "defs", "errors",
+        "formats", "keys",
+        "importers", "pipeline", "progress", "quality", "storage", "synth", "trajectory",
+        "viewer",
+    },
+}  # fmt: skip
+
+
+def _room(module: str) -> str | None:
+    """The room of ``ego_assets.<...>`` (None: the package itself or not ours)."""
+    parts = module.split(".")
+    if parts[0] != "ego_assets" or len(parts) < 2:
+        return None
+    if parts[1] == "exports" and len(parts) > 2 and parts[2] == "registry":
+        return "exports.registry"
+    if parts[1] == "exports" and len(parts) == 2:
+        return None  # `from ego_assets.exports import x`: x's room is named by the alias
+    top = parts[1]
+    return top if (PACKAGE / top).is_dir() or (PACKAGE / f"{top}.py").exists() else None
+
+
+def test_every_room_imports_only_the_rooms_it_may():
+    found: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).with_suffix("").as_posix().replace("/", ".")
+        if rel == "__init__":
+            continue
+        own = _room(f"ego_assets.{rel}")
+        assert own is not None, rel
+        targets = {_room(m) for m in _full_imports(path)} - {None, own}
+        found.setdefault(own, set()).update(t for t in targets if t is not None)
+    assert set(found) <= set(ROOMS), f"rooms missing from ROOMS: {sorted(set(found) - set(ROOMS))}"
+    extra = {room: sorted(found[room] - ROOMS[room]) for room in found}
+    assert {room: names for room, names in extra.items() if names} == {}
+
+
+def test_the_export_registry_imports_no_writer_and_no_dagster():
+    """The CLI, the policy and the API read the registry without loading a writer."""
+    code = (
+        "import sys, ego_assets.exports.registry as r; r.names(); r.policy_keys();"
+        "heavy = {'h5py', 'av', 'pandas', 'dagster', 'ego_assets.formats'} & set(sys.modules);"
+        "print(sorted(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

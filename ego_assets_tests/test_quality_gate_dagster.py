@@ -12,6 +12,7 @@ from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.partitions import captures_partitions
 from ego_assets.defs.quality import EXPORT_GATE_CHECK, quality_report
 from ego_assets.defs.resources import StorageResource
+from ego_assets.exports.run import require_export_gate
 from ego_assets.quality.waivers import add_waiver
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
@@ -33,7 +34,7 @@ def downstream_export(
     store = storage.get_storage()
 
     def step(key: str) -> pipeline.StepResult:
-        gate = pipeline.require_export_gate(store, key)
+        gate = require_export_gate(store, key)
         out = store.root / "exports" / key
         out.mkdir(parents=True, exist_ok=True)
         (out / "export.txt").write_text(gate.data_version)

@@ -394,7 +394,7 @@ class ExportService:
         """Whether the stored artefact was written with ``options`` (Holos: decode_frames)."""
         if target.format != "holos_hdf5":
             return True
-        from ego_assets.holos_export import stored_notes
+        from ego_assets.exports.holos import stored_notes
 
         notes = stored_notes(self.storage, target.partition_key) or {}
         return bool(notes.get("decode_frames", False)) == bool(options.get("decode_frames"))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -38,10 +37,10 @@ from ego_assets.capture.files import (
     read_marker,
 )
 from ego_assets.errors import CaptureFormatError
+from ego_assets.fileio import file_sha256, write_file_atomic
 from ego_assets.progress import report
 from ego_assets.storage import RAW_CAPTURE_DIR, RAW_MANIFEST_FILE, raw_capture_dir
 from ego_assets.trajectory.records import from_jsonable, to_jsonable
-from ego_assets.trajectory.store import write_file_atomic
 
 MANIFEST_FILE = RAW_MANIFEST_FILE
 MANIFEST_VERSION = 2  # 2: capture files below capture/, the manifest beside them
@@ -91,15 +90,6 @@ class RawManifest:
         return from_jsonable(cls, body)
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 hex digest of a regular file, read in 1 MiB chunks; never follows a symlink."""
-    digest = hashlib.sha256()
-    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def write_marker(folder: Path, kind: str) -> Path:
     """Write the completion marker of a capture folder, declaring every file in it.
 
@@ -118,7 +108,13 @@ def write_marker(folder: Path, kind: str) -> Path:
                 folder.name, rel, "is a symlink; the marker declares regular files only"
             )
         if p.is_file() and rel != MARKER_FILE:
-            entries.append({"path": rel, "bytes": p.stat().st_size, "sha256": file_sha256(p)})
+            entries.append(
+                {
+                    "path": rel,
+                    "bytes": p.stat().st_size,
+                    "sha256": file_sha256(p, follow_symlinks=False),
+                }
+            )
     marker = {"format": MARKER_FORMAT, "version": MARKER_VERSION, "kind": kind, "files": entries}
     text = json.dumps(marker, indent=1, sort_keys=True) + "\n"
     return write_file_atomic(folder / MARKER_FILE, text.encode("utf-8"))

@@ -53,6 +53,7 @@ import pyarrow as pa
 from upath import UPath
 
 from ego_assets.exports.registry import names
+from ego_assets.fileio import file_sha256
 from ego_assets.keys import validate_capture_key
 from ego_assets.storage import Storage
 
@@ -160,7 +161,7 @@ def folder_digest(folder: Path) -> tuple[int, int, str]:
             {
                 "path": path.relative_to(folder).as_posix(),
                 "bytes": path.stat().st_size,
-                "sha256": file_digest(path),
+                "sha256": file_sha256(path),
             }
         )
     if not entries:
@@ -169,18 +170,12 @@ def folder_digest(folder: Path) -> tuple[int, int, str]:
     return sum(e["bytes"] for e in entries), len(entries), hashlib.sha256(text.encode()).hexdigest()
 
 
-def file_digest(path: Path) -> str:
-    """SHA-256 hex digest of one file (streamed)."""
-    with Path(path).open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
 def artefact_digest(local: Path) -> tuple[int, int, str]:
     """(bytes, files, sha256) of a local artefact: one file, or a folder (`folder_digest`)."""
     local = Path(local)
     if local.is_dir():
         return folder_digest(local)
-    return local.stat().st_size, 1, file_digest(local)
+    return local.stat().st_size, 1, file_sha256(local)
 
 
 def relative_location(storage: Storage, location: UPath) -> str:

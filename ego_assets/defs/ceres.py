@@ -1,8 +1,8 @@
 """CERES LeRobot v3 export: ``ceres_episode`` (one shard per capture) and ``ceres_dataset``.
 
-Thin wrappers over `ego_assets.ceres_export`. Each capture of a run is checked against
-its export gate (`ego_assets.pipeline.require_export_gate` for the policy's ``lerobot``
-export): a blocked capture gets no shard and is recorded as blocked (see `episodes`).
+Thin wrappers over `ego_assets.exports.ceres`: each capture of a run goes through
+`run_export` (gate, episode index, reuse, write, receipt); a blocked capture gets no
+shard and is recorded as blocked (see `episodes`).
 ``ceres_dataset`` merges every current shard into one dataset; it belongs to the
 ``aggregates`` group (nightly refresh) and holds the single-writer pool.
 """
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import dagster as dg
 from pydantic import Field
 
-from ego_assets import ceres_export, pipeline
+from ego_assets import pipeline
 from ego_assets.defs.aggregates import AGGREGATES_GROUP
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
 from ego_assets.defs.exports import run_progress
@@ -21,8 +21,9 @@ from ego_assets.defs.k8s import k8s_resources
 from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.pools import SINGLE_WRITER_POOL
 from ego_assets.defs.resources import StorageResource
-from ego_assets.episode_index import EpisodeIndexRegistry
+from ego_assets.exports import ceres as ceres_export
 from ego_assets.exports.registry import CERES
+from ego_assets.exports.run import run_export
 from ego_assets.formats.ceres_merge import MERGE_VERSION
 
 # Decodes/encodes one camera stream and holds one episode's rows (410 floats per frame).
@@ -55,13 +56,10 @@ def build_ceres_episode(cs: CaptureSet) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, storage: StorageResource, config: CeresConfig
     ) -> Iterator[AssetEvent]:
         store = storage.get_storage()
-        registry = EpisodeIndexRegistry(store)
+        exporter = ceres_export.CeresExporter()
 
         def step(key: str) -> pipeline.StepResult:
-            gate = pipeline.require_export_gate(store, key, CERES.policy_key)
-            return ceres_export.export_episode(
-                store, key, registry.index_for(key), gate.data_version, force=config.force
-            )
+            return run_export(store, key, exporter, force=config.force)
 
         with run_progress(context):
             yield from materialize_each(context, step)

@@ -41,7 +41,6 @@ from tqdm import tqdm
 from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.cli import run_catalog
 from ego_assets.catalog.warehouse import published_problem
-from ego_assets.ceres_export import dataset_location as ceres_dataset_location
 from ego_assets.dagster_compat import instance_at
 from ego_assets.definitions import build_defs
 from ego_assets.defs.egosmith import egosmith_rows
@@ -64,6 +63,7 @@ from ego_assets.demo_report import (
     skipped_status,
     wrap,
 )
+from ego_assets.exports.ceres import dataset_location as ceres_dataset_location
 from ego_assets.fixtures import real_fixture
 from ego_assets.landing import skipped_entries
 from ego_assets.quality.waivers import add_waiver, read_waivers

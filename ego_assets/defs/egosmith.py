@@ -1,11 +1,9 @@
 """EgoSmith WebDataset assets: per-episode shards and the packed dataset.
 
-* ``egosmith_shards`` (per capture): quality gate first (`pipeline.require_export_gate`
-  for the policy's ``webdataset`` export; a blocked capture is not written, see
-  `episodes`), then `egosmith_export.export_episode` with the capture's stable episode
-  index from the shared registry, which also writes its export receipt. A capture
-  without a head camera is materialized as ``skipped`` with the reason in its metadata;
-  it does not fail.
+* ``egosmith_shards`` (per capture): `run_export` with the `EgoSmithExporter` (gate,
+  the capture's stable episode index, reuse, write, receipt; a blocked capture is not
+  written, see `episodes`). A capture without a head camera is materialized as
+  ``skipped`` with the reason in its metadata; it does not fail.
 * ``egosmith_dataset`` (unpartitioned): packs every exported episode into the final
   shards with a train/val split by episode and a SHA-256 manifest; one writer at a time.
 """
@@ -25,15 +23,15 @@ from ego_assets.defs.k8s import k8s_resources
 from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.pools import SINGLE_WRITER_POOL
 from ego_assets.defs.resources import StorageResource
-from ego_assets.episode_index import EpisodeIndexRegistry
-from ego_assets.exports.registry import EGOSMITH
-from ego_assets.formats import egosmith_webdataset as egosmith
-from ego_assets.formats.egosmith_export import (
+from ego_assets.exports.egosmith import (
+    EgoSmithExporter,
     dataset_path,
-    export_episode,
     pack_dataset,
     stored_episode,
 )
+from ego_assets.exports.registry import EGOSMITH
+from ego_assets.exports.run import run_export
+from ego_assets.formats import egosmith_webdataset as egosmith
 from ego_assets.formats.egosmith_webdataset import MANIFEST_FILE
 from ego_assets.storage import Storage
 
@@ -84,14 +82,10 @@ def build_egosmith_shards(cs: CaptureSet) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, storage: StorageResource, config: EgoSmithConfig
     ) -> Iterator[AssetEvent]:
         store = storage.get_storage()
-        registry = EpisodeIndexRegistry(store)
-        options = config.options()
+        exporter = EgoSmithExporter(config.options())
 
         def step(key: str) -> pipeline.StepResult:
-            gate = pipeline.require_export_gate(store, key, EGOSMITH.policy_key)
-            return export_episode(
-                store, key, registry.index_for(key), options, gate.data_version, force=config.force
-            )
+            return run_export(store, key, exporter, force=config.force)
 
         with run_progress(context):
             yield from materialize_each(context, step)

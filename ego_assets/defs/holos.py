@@ -1,7 +1,7 @@
-"""Asset holos_hdf5: one Holos HDF5 file per episode (thin wrapper over `holos_export`).
+"""Asset holos_hdf5: one Holos HDF5 file per episode (`run_export` with the `HolosExporter`).
 
-Every episode is checked against its quality gate first
-(`ego_assets.pipeline.require_export_gate`): nothing is written for a blocked one (its
+Every episode is checked against its quality gate first (in `run_export`): nothing is
+written for a blocked one (its
 partition stays missing in a single-capture run, ``export: blocked`` with the reasons in a
 backfill chunk, see `ego_assets.defs.episodes`). The export notes (what was skipped, what
 was embedded verbatim) are the partition's metadata and a JSON sidecar beside the file.
@@ -14,14 +14,15 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from ego_assets import holos_export
 from ego_assets.defs.egosmith import EXPORTS_GROUP
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_result, run_each
 from ego_assets.defs.exports import run_progress
 from ego_assets.defs.k8s import k8s_resources
 from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.resources import StorageResource
+from ego_assets.exports import holos as holos_export
 from ego_assets.exports.registry import HOLOS
+from ego_assets.exports.run import run_export
 from ego_assets.storage import Storage
 
 # One trajectory in memory plus the resampled demo (~2x a 10-minute capture's hands).
@@ -69,12 +70,10 @@ def build_holos_hdf5(cs: CaptureSet) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, config: HolosConfig, storage: StorageResource
     ) -> Iterator[AssetEvent]:
         store = storage.get_storage()
+        exporter = holos_export.HolosExporter(decode_frames=config.decode_frames)
         with run_progress(context):
             results = run_each(
-                context,
-                lambda key: holos_export.export_holos_hdf5(
-                    store, key, decode_frames=config.decode_frames, force=config.force
-                ),
+                context, lambda key: run_export(store, key, exporter, force=config.force)
             )
         yield from materialize_result(context, results, extra=lambda key: _metadata(store, key))
 

@@ -9,7 +9,7 @@ tags on materializations are only seen one partition at a time.
 
 The check is not ``blocking``: a blocked episode is an intended outcome, not an error,
 so the quality step succeeds (no `DagsterAssetCheckFailedError` trace); the block itself
-is enforced per episode by every exporter (`pipeline.require_export_gate`), whichever
+is enforced per episode by every exporter (``ego_assets.exports.run.run_export``), whichever
 run asks. In a ranged (backfill) run each episode's verdict is recorded on its own
 partition too.
 """

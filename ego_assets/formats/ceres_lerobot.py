@@ -11,7 +11,7 @@ plus CERES sidecars, below ``shards/episode-<index:06d>/``::
     ceres/task-specifications/<sha256>.json            (with a task specification)
     ceres/browser-export-receipt.json                  path, SHA-256, bytes, media type
 
-``episode_index`` is the capture's stable index (`ego_assets.episode_index`); ``index``
+``episode_index`` is the capture's stable index (`ego_assets.exports.episode_index`); ``index``
 (the dataset-global frame index) counts from 0 inside the shard. Rows and their columns
 come from `ego_assets.formats.ceres_episode`; the video from
 `ego_assets.formats.lerobot_video` (stream copy when the source is aligned).
@@ -20,7 +20,6 @@ come from `ego_assets.formats.ceres_episode`; the video from
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ego_assets.fileio import file_sha256
 from ego_assets.formats import lerobot_video
 from ego_assets.formats.ceres_episode import (
     ACTION_NAMES,
@@ -288,14 +288,6 @@ def _episode_type(name: str, sample: Any) -> pa.DataType:
     return pa.int64()
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_receipt(folder: Path) -> dict[str, Any]:
     """List every file below ``folder`` (but the receipt) with SHA-256, size, media type."""
     artefacts = []
@@ -306,7 +298,7 @@ def write_receipt(folder: Path) -> dict[str, Any]:
         artefacts.append(
             {
                 "path": rel,
-                "sha256": sha256_file(path),
+                "sha256": file_sha256(path),
                 "bytes": path.stat().st_size,
                 "media_type": MEDIA_TYPES.get(path.suffix, "application/octet-stream"),
             }

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ego_assets.fileio import file_sha256
 from ego_assets.formats.ceres_episode import HAND_WIDTH, SIDES, STATE_NAMES, hand_offset
 from ego_assets.formats.ceres_lerobot import (
     CAMERA_KEY,
@@ -31,7 +32,6 @@ from ego_assets.formats.ceres_lerobot import (
     TASKS_FILE,
     VIDEO_PATH,
     feature_table,
-    sha256_file,
 )
 from ego_assets.formats.ceres_metadata import METADATA_SCHEMA, METADATA_VERSION
 from ego_assets.formats.lerobot_video import frame_times, inspect_video
@@ -329,7 +329,7 @@ def _check_ceres(root: Path, info: dict[str, Any]) -> list[str]:
             sidecar = root / spec["path"]
             if not sidecar.exists():
                 out.append(f"{METADATA_FILE}: task specification {spec['path']} missing")
-            elif sha256_file(sidecar) != spec["sha256"]:
+            elif file_sha256(sidecar) != spec["sha256"]:
                 out.append(f"{spec['path']}: SHA-256 differs from the metadata's")
         frames = md.get("episode", {}).get("frames")
         if frames is not None and frames != info.get("total_frames"):

@@ -10,7 +10,6 @@ and the index file's sample counts and SHA-256 match the shard files.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import tarfile
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 import simplejpeg
 
+from ego_assets.fileio import file_sha256
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_webdataset import EPISODE_FILE, FORMAT, MANIFEST_FILE, parse_key
 
@@ -230,14 +230,6 @@ def validate_shard(shard: Path, report: Report) -> None:
         _check_actions(prev, None, report)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _check_index(folder: Path, entries: list[dict[str, Any]], report: Report) -> None:
     listed = {e["name"] for e in entries}
     on_disk = {p.name for p in folder.glob("shard-*.tar")}
@@ -247,7 +239,7 @@ def _check_index(folder: Path, entries: list[dict[str, Any]], report: Report) ->
         path = folder / entry["name"]
         if not path.is_file():
             report.error(f"{folder.name}: {entry['name']} listed but missing")
-        elif _sha256(path) != entry["sha256"]:
+        elif file_sha256(path) != entry["sha256"]:
             report.error(f"{folder.name}: {entry['name']} SHA-256 differs from the index")
 
 

@@ -21,10 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import mimetypes
-import os
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +29,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ego_assets.fileio import atomic_output
 from ego_assets.formats.holos_clock import (
     MAX_AGE_NS,
     MasterClock,
@@ -1393,38 +1391,6 @@ def write_file(
     return notes
 
 
-@contextmanager
-def temporary_sibling(path: Path) -> Iterator[Path]:
-    """A temporary name beside ``path`` (hidden, ``.tmp``) renamed onto it on success.
-
-    On error (or a kill) the final name is untouched; a leftover temporary is never taken
-    for a finished file (hidden name, ``.tmp`` suffix) and `remove_stale_temporaries`
-    clears it on the next run.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        with tmp.open("rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def remove_stale_temporaries(path: Path) -> list[Path]:
-    """Delete temporaries a killed writer of ``path`` left beside it; return them."""
-    path = Path(path)
-    stale = sorted(path.parent.glob(f".{path.name}.*.tmp")) if path.parent.is_dir() else []
-    for tmp in stale:
-        tmp.unlink(missing_ok=True)
-    return stale
-
-
 def write_holos_hdf5(
     trajectory: Trajectory,
     raw_dir: Path,
@@ -1433,12 +1399,14 @@ def write_holos_hdf5(
     decode_frames: bool = False,
     history_time: str | None = None,
 ) -> ExportNotes:
-    """Write the export atomically: a temporary sibling renamed onto ``out``.
+    """Write the export atomically: a temporary sibling renamed onto ``out``
+    (`fileio.atomic_output`; a killed run's temporary is cleared by
+    `fileio.remove_temporaries`).
 
     See `write_file` for the arguments. Returns the export notes (also what the JSON
     sidecar holds).
     """
-    with temporary_sibling(Path(out)) as tmp:
+    with atomic_output(Path(out), fsync=True) as tmp:
         return write_file(
             trajectory, raw_dir, tmp, decode_frames=decode_frames, history_time=history_time
         )

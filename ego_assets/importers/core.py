@@ -39,11 +39,11 @@ from ego_assets.capture import read_capture
 from ego_assets.capture.files import MARKER_FILE, MARKER_FORMAT, MARKER_VERSION
 from ego_assets.capture.provenance import PROVENANCE_FILE, PROVENANCE_FORMAT, PROVENANCE_VERSION
 from ego_assets.errors import CaptureFormatError
+from ego_assets.fileio import write_file_atomic
 from ego_assets.importers.listing import iter_after
 from ego_assets.keys import MAX_KEY_LENGTH, validate_capture_key
 from ego_assets.storage import RAW_MANIFEST_FILE, Storage, is_local, upload_tree
 from ego_assets.trajectory.model import Trajectory
-from ego_assets.trajectory.store import write_file_atomic
 
 log = logging.getLogger(__name__)
 

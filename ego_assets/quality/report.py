@@ -20,12 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ego_assets.fileio import write_file_atomic
 from ego_assets.quality.hands import HANDS, HandQuality, hand_quality
 from ego_assets.quality.streams import StreamQuality, nominal_rate, stream_quality
 from ego_assets.quality.thresholds import Thresholds, default_thresholds
 from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.records import to_jsonable
-from ego_assets.trajectory.store import write_file_atomic
 from ego_assets.trajectory.streams import Stream
 
 REPORT_VERSION = "quality-report-2"

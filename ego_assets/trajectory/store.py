@@ -16,7 +16,6 @@ old episode or the new one, never half of one.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -130,27 +129,6 @@ def stream_file_name(name: str) -> str:
     if not name or "/" in name or name.startswith(".") or "\\" in name:
         raise ValueError(f"stream name {name!r} is not a safe file name")
     return f"{name}.parquet"
-
-
-def write_file_atomic(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary sibling renamed into place.
-
-    Readers see the old file or the new one; on error the temporary file is removed. The
-    writer holds a ``flock`` on its temporary until it is renamed, so a sweep
-    (`ego_assets.storage.Storage.sweep_leftovers`) removes only a dead writer's.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=STAGING_SUFFIX)
-    with os.fdopen(fd, "wb") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            fh.write(data)
-            fh.flush()
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    return path
 
 
 @contextmanager

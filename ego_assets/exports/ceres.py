@@ -1,6 +1,7 @@
-"""The CERES LeRobot v3 export steps over a `Storage`: what the assets call.
+"""The CERES LeRobot v3 exporter and the merged dataset.
 
-* `export_episode`: trajectory + raw media -> the capture's shard, below
+* `CeresExporter` (run by `ego_assets.exports.run.run_export`): trajectory + raw
+  media -> the capture's shard, below
   ``exports/ceres-lerobot-v3/<key>/shards/episode-<index:06d>/`` with ``lineage.json``
   beside ``shards/`` (its index file on S3, written last), then the export receipt
   (``receipts/ceres_episode/<key>.json``). The index comes from the shared
@@ -8,9 +9,6 @@
   data version and index is reused as it is, never rewritten.
 * `merge_dataset`: every current shard (its capture's gate still allows the ``lerobot``
   export) -> one multi-episode dataset at ``exports/ceres-lerobot-v3-dataset/``.
-
-Callers check the export gate first (`ego_assets.pipeline.require_export_gate` with
-``CERES.policy_key``) and pass its data version.
 
 Crash safety: the shard folder is written in a temporary sibling and renamed into
 place (local), or uploaded with ``lineage.json`` last (S3), so a killed export leaves
@@ -29,18 +27,17 @@ from typing import Any
 
 from upath import UPath
 
-from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
-from ego_assets.exports.registry import CERES
+from ego_assets.exports.registry import CERES, ExportFormat
+from ego_assets.exports.run import Written
 from ego_assets.formats.ceres_lerobot import CODE_VERSION, FORMAT_NAME, shard_name, write_shard
 from ego_assets.formats.ceres_merge import MERGE_FILE, MERGE_VERSION, merge_shards
-from ego_assets.pipeline import LINEAGE_FILE, StepResult, stored_gate
+from ego_assets.pipeline import LINEAGE_FILE, stored_gate
 from ego_assets.progress import READ_TASK, WRITE_TASK, report
 from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.trajectory.store import read_trajectory
 
 SHARDS_DIR = "shards"
 DATASET_FOLDER = f"{FORMAT_NAME}-dataset"
-RECEIPT_FORMAT = CERES.name  # receipts/<format>/
 
 
 def export_root(storage: Storage, key: str) -> UPath:
@@ -56,45 +53,50 @@ def stored_lineage(storage: Storage, key: str) -> dict[str, Any] | None:
     return json.loads(path.read_text())
 
 
-def export_episode(
-    storage: Storage, key: str, episode_index: int, gate_data_version: str, *, force: bool = False
-) -> StepResult:
-    """Write (or reuse) the CERES shard of ``key``; see the module docstring.
+@dataclass(frozen=True, slots=True)
+class CeresExporter:
+    """The capture's shard ``shards/episode-<index>/`` and ``lineage.json`` beside it."""
 
-    Args:
-        storage: the platform storage.
-        key: capture key; its gate must allow the export (checked by the caller).
-        episode_index: the capture's stable index (`EpisodeIndexRegistry.index_for`).
-        gate_data_version: ``data_version`` of the gate that allowed the export.
-        force: write the shard again even when the stored one is current.
-    """
-    version = f"{CODE_VERSION}:{gate_data_version}"
-    lineage = stored_lineage(storage, key)
-    target = export_root(storage, key)
-    shard = f"{SHARDS_DIR}/{shard_name(episode_index)}"
-    if (
-        not force
-        and lineage
-        and lineage["data_version"] == version
-        and lineage["episode_index"] == episode_index
-    ):
-        if read_receipt(storage, RECEIPT_FORMAT, key) is None:  # killed before the receipt
-            with storage.read_dir(target / shard) as folder:
-                write_receipt(storage, _receipt(storage, key, target / shard, folder, version))
-        return StepResult(key, version, True, _figures(lineage))
-    report(READ_TASK, 0, 1)
-    with (
-        storage.read_dir(storage.stage_path("trajectory", key)) as trajectory_dir,
-        storage.read_dir(raw_capture_dir(storage.stage_path("raw", key))) as raw_dir,
-        storage.write_to(target, index_file=LINEAGE_FILE) as stage,
-    ):
-        trajectory = read_trajectory(trajectory_dir)
-        report(READ_TASK, 1, 1)
-        folder = stage / shard
-        folder.mkdir(parents=True)
-        report(WRITE_TASK, 0, 1)
-        summary = write_shard(trajectory, raw_dir, episode_index, folder)
-        report(WRITE_TASK, 1, 1)
+    format: ExportFormat = CERES
+    index_file: str = LINEAGE_FILE
+    uses_episode_index: bool = True
+
+    def target(self, storage: Storage, key: str) -> UPath:
+        return export_root(storage, key)
+
+    def data_version(
+        self, storage: Storage, key: str, gate_version: str | None, episode_index: int
+    ) -> str:
+        return f"{CODE_VERSION}:{gate_version}"
+
+    def stored(self, storage: Storage, key: str) -> dict[str, Any] | None:
+        return stored_lineage(storage, key)
+
+    def is_current(self, record: dict[str, Any], version: str, episode_index: int) -> bool:
+        return record["data_version"] == version and record["episode_index"] == episode_index
+
+    def artefact(self, key: str, record: dict[str, Any]) -> str:
+        return str(record["shard"])
+
+    def skipped(self, record: dict[str, Any]) -> str:
+        return ""
+
+    def write(
+        self, storage: Storage, key: str, stage: Path, version: str, episode_index: int
+    ) -> Written:
+        shard = f"{SHARDS_DIR}/{shard_name(episode_index)}"
+        report(READ_TASK, 0, 1)
+        with (
+            storage.read_dir(storage.stage_path("trajectory", key)) as trajectory_dir,
+            storage.read_dir(raw_capture_dir(storage.stage_path("raw", key))) as raw_dir,
+        ):
+            trajectory = read_trajectory(trajectory_dir)
+            report(READ_TASK, 1, 1)
+            folder = stage / shard
+            folder.mkdir(parents=True)
+            report(WRITE_TASK, 0, 1)
+            summary = write_shard(trajectory, raw_dir, episode_index, folder)
+            report(WRITE_TASK, 1, 1)
         lineage = {
             "data_version": version,
             "episode_index": episode_index,
@@ -105,34 +107,18 @@ def export_episode(
             "bytes": summary.bytes,
         }
         (stage / LINEAGE_FILE).write_text(json.dumps(lineage, sort_keys=True) + "\n")
-        receipt = _receipt(storage, key, target / shard, folder, version)
-    write_receipt(storage, receipt)  # once the shard is in place
-    return StepResult(key, version, False, _figures(lineage))
+        return Written(lineage, shard)
 
-
-def _receipt(
-    storage: Storage, key: str, location: UPath, local: Path, version: str
-) -> ExportReceipt:
-    """The export receipt of a shard (``version`` = exporter version + gate data version)."""
-    return make_receipt(
-        storage,
-        export_format=RECEIPT_FORMAT,
-        capture_key=key,
-        location=location,
-        local=local,
-        code_version=CODE_VERSION,
-        input_data_version=version.removeprefix(f"{CODE_VERSION}:"),
-    )
-
-
-def _figures(lineage: dict[str, Any]) -> dict[str, float | int | str]:
-    return {
-        "episode_index": int(lineage["episode_index"]),
-        "frames": int(lineage["frames"]),
-        "fps": int(lineage["fps"]),
-        "video": str(lineage["video"]),
-        "bytes": int(lineage["bytes"]),
-    }
+    def figures(
+        self, storage: Storage, key: str, record: dict[str, Any]
+    ) -> dict[str, float | int | str]:
+        return {
+            "episode_index": int(record["episode_index"]),
+            "frames": int(record["frames"]),
+            "fps": int(record["fps"]),
+            "video": str(record["video"]),
+            "bytes": int(record["bytes"]),
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ Layout below the storage root::
     exports/egosmith/<capture key>/shard-000000.tar ... + episode.json (index, written last)
     exports/egosmith-dataset/shard-000000.tar ...      + manifest.json (index, written last)
 
-`export_episode` is what the per-episode asset calls after the quality gate;
+`EgoSmithExporter` writes one episode folder (run by `ego_assets.exports.run.run_export`);
 `pack_dataset` is what the unpartitioned packing asset calls. Both reuse their stored
 output when its data version (code + options + inputs) is unchanged.
 """
@@ -16,14 +16,14 @@ import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from upath import UPath
 
-from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
-from ego_assets.exports.registry import EGOSMITH
+from ego_assets.exports.registry import EGOSMITH, ExportFormat
+from ego_assets.exports.run import WHOLE_FOLDER, Written
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
 from ego_assets.formats.egosmith_reader import Report, raw_samples
@@ -38,7 +38,7 @@ from ego_assets.formats.egosmith_webdataset import (
     skipped_episode,
     write_episode,
 )
-from ego_assets.pipeline import LINEAGE_FILE, StepResult
+from ego_assets.pipeline import LINEAGE_FILE
 from ego_assets.progress import READ_TASK, report
 from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.trajectory.store import read_trajectory
@@ -46,7 +46,6 @@ from ego_assets.trajectory.store import read_trajectory
 EPISODES_FORMAT = "egosmith"
 DATASET_FOLDER = "egosmith-dataset"
 SPLITS = ("train", "val")
-RECEIPT_FORMAT = EGOSMITH.name  # receipts/<format>/
 
 
 def episode_path(storage: Storage, key: str) -> UPath:
@@ -91,102 +90,79 @@ def _figures(summary: EpisodeSummary) -> dict[str, float | int | str]:
     return figures
 
 
-def export_episode(
-    storage: Storage,
-    key: str,
-    episode_index: int,
-    options: EgoSmithOptions | None = None,
-    gate_version: str | None = None,
-    *,
-    force: bool = False,
-) -> StepResult:
-    """Write ``exports/egosmith/<key>`` from the stored trajectory and raw media.
+@dataclass(frozen=True, slots=True)
+class EgoSmithExporter:
+    """The episode folder ``exports/egosmith/<key>``: tar shards and ``episode.json``.
 
-    The caller applies the quality gate first and passes its ``data_version`` as
-    ``gate_version``: a written episode then gets its export receipt
-    (`ego_assets.catalog.receipts`, format ``egosmith_shards``). A capture without a
-    head camera is recorded as skipped (``episode.json`` with ``status == "skipped"``
-    and the reason) and gets a receipt with status ``skipped`` and that reason, so the
-    catalog shows it skipped rather than missing. ``force`` writes it again even when
-    current.
+    A capture without a head camera is recorded as skipped (``episode.json`` with
+    ``status == "skipped"`` and the reason, and a receipt with status ``skipped``), so
+    the catalog shows it skipped rather than missing.
     """
-    options = options or EgoSmithOptions()
-    version = episode_data_version(storage, key, episode_index, options)
-    target = episode_path(storage, key)
-    existing = stored_episode(storage, key)
-    if not force and existing is not None and existing.data_version == version:
-        if gate_version is not None:
-            receipt = read_receipt(storage, RECEIPT_FORMAT, key)
-            if receipt is None or receipt.input_data_version != gate_version:
-                with storage.read_dir(target) as folder:
-                    write_receipt(
-                        storage, _receipt(storage, key, target, folder, gate_version, existing)
-                    )
-        return StepResult(key, version, True, _figures(existing))
-    report(READ_TASK, 0, 2)
-    with storage.read_dir(storage.stage_path("trajectory", key)) as folder:
-        trajectory = read_trajectory(folder)
-    report(READ_TASK, 1, 2)
-    try:
-        camera = head_camera(trajectory)
-    except NoHeadCameraError as exc:
-        text = skipped_episode(key, episode_index, version, str(exc))
-        skipped = EpisodeSummary.from_json(text)
-        skip_receipt = None
-        with storage.write_to(target, index_file=EPISODE_FILE) as tmp:
-            (tmp / EPISODE_FILE).write_text(text)
-            if gate_version is not None:  # the skip record is what the receipt digests
-                skip_receipt = _receipt(storage, key, target, tmp, gate_version, skipped)
-        if skip_receipt is not None:
-            write_receipt(storage, skip_receipt)
-        return StepResult(key, version, False, _figures(skipped))
-    raw = raw_capture_dir(storage.stage_path("raw", key))
-    depth_media = next((m for m in trajectory.media if m.kind == "depth"), None)
-    receipt = None
-    with ExitStack() as stack:
-        video = stack.enter_context(storage.read_file(raw / camera.media.path))
-        depth = None
-        if options.export_depth and depth_media is not None:
-            depth = (stack.enter_context(storage.read_file(raw / depth_media.path)), depth_media)
-        tmp = stack.enter_context(storage.write_to(target, index_file=EPISODE_FILE))
-        report(READ_TASK, 2, 2)
-        summary = write_episode(
-            trajectory,
-            camera,
-            video,
-            tmp,
-            episode_index=episode_index,
-            data_version=version,
-            options=options,
-            depth=depth,
-        )
-        if gate_version is not None:  # digest the staged copy; written once it is in place
-            receipt = _receipt(storage, key, target, tmp, gate_version)
-    if receipt is not None:
-        write_receipt(storage, receipt)
-    return StepResult(key, version, False, _figures(summary))
 
+    options: EgoSmithOptions = field(default_factory=EgoSmithOptions)
+    format: ExportFormat = EGOSMITH
+    index_file: str = EPISODE_FILE
+    uses_episode_index: bool = True
 
-def _receipt(
-    storage: Storage,
-    key: str,
-    target: UPath,
-    local: Path,
-    gate_version: str,
-    summary: EpisodeSummary | None = None,
-) -> ExportReceipt:
-    """The episode's receipt; status ``skipped`` with the reason for a skipped summary."""
-    skipped = summary is not None and summary.status == "skipped"
-    return make_receipt(
-        storage,
-        export_format=RECEIPT_FORMAT,
-        capture_key=key,
-        location=target,
-        local=local,
-        code_version=WRITER_VERSION,
-        input_data_version=gate_version,
-        skipped_reason=summary.reason if skipped and summary is not None else "",
-    )
+    def target(self, storage: Storage, key: str) -> UPath:
+        return episode_path(storage, key)
+
+    def data_version(
+        self, storage: Storage, key: str, gate_version: str | None, episode_index: int
+    ) -> str:
+        return episode_data_version(storage, key, episode_index, self.options)
+
+    def stored(self, storage: Storage, key: str) -> EpisodeSummary | None:
+        return stored_episode(storage, key)
+
+    def is_current(self, record: EpisodeSummary, version: str, episode_index: int) -> bool:
+        return record.data_version == version
+
+    def artefact(self, key: str, record: EpisodeSummary) -> str:
+        return WHOLE_FOLDER
+
+    def skipped(self, record: EpisodeSummary) -> str:
+        return record.reason if record.status == "skipped" else ""
+
+    def write(
+        self, storage: Storage, key: str, stage: Path, version: str, episode_index: int
+    ) -> Written:
+        report(READ_TASK, 0, 2)
+        with storage.read_dir(storage.stage_path("trajectory", key)) as folder:
+            trajectory = read_trajectory(folder)
+        report(READ_TASK, 1, 2)
+        try:
+            camera = head_camera(trajectory)
+        except NoHeadCameraError as exc:
+            text = skipped_episode(key, episode_index, version, str(exc))
+            (stage / EPISODE_FILE).write_text(text)
+            skipped = EpisodeSummary.from_json(text)
+            return Written(skipped, WHOLE_FOLDER, skipped.reason)
+        raw = raw_capture_dir(storage.stage_path("raw", key))
+        depth_media = next((m for m in trajectory.media if m.kind == "depth"), None)
+        with ExitStack() as stack:
+            video = stack.enter_context(storage.read_file(raw / camera.media.path))
+            depth = None
+            if self.options.export_depth and depth_media is not None:
+                depth_file = stack.enter_context(storage.read_file(raw / depth_media.path))
+                depth = (depth_file, depth_media)
+            report(READ_TASK, 2, 2)
+            summary = write_episode(
+                trajectory,
+                camera,
+                video,
+                stage,
+                episode_index=episode_index,
+                data_version=version,
+                options=self.options,
+                depth=depth,
+            )
+        return Written(summary)
+
+    def figures(
+        self, storage: Storage, key: str, record: EpisodeSummary
+    ) -> dict[str, float | int | str]:
+        return _figures(record)
 
 
 # ---------------------------------------------------------------------------------------
