@@ -40,12 +40,13 @@ def _create_temporary(path: Path) -> tuple[int, Path]:
 
 
 @contextmanager
-def atomic_output(path: Path, *, fsync: bool = False) -> Iterator[Path]:
+def atomic_output(path: Path, *, fsync: bool = False, lock: bool = True) -> Iterator[Path]:
     """Yield a temporary sibling name of ``path`` that replaces ``path`` once the block
     succeeds (readers see the old file or the new one, never half of one).
 
     The temporary exists (empty) when the block starts and this writer holds its
-    ``flock`` until the rename, so a sweep of leftovers removes only a dead writer's.
+    ``flock`` until the rename, so a sweep of leftovers removes only a dead writer's;
+    ``lock=False`` for a library that locks the file itself while writing (HDF5).
     ``fsync`` flushes it to disk before the rename. On error it is removed and ``path``
     is left as it was; a killed process leaves it behind (`remove_temporaries`).
     """
@@ -53,7 +54,8 @@ def atomic_output(path: Path, *, fsync: bool = False) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temporary(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if lock:
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield tmp
         if fsync:
             os.fsync(fd)

@@ -13,8 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from ego_assets.episode_index import EpisodeIndexRegistry
-
+from ego_assets.exports.episode_index import EpisodeIndexRegistry
 from ego_assets.storage import LOCKS_DIR, Storage, find_leftovers
 from ego_assets_tests.waiting import CEILING_S
 

@@ -1406,7 +1406,7 @@ def write_holos_hdf5(
     See `write_file` for the arguments. Returns the export notes (also what the JSON
     sidecar holds).
     """
-    with atomic_output(Path(out), fsync=True) as tmp:
+    with atomic_output(Path(out), fsync=True, lock=False) as tmp:  # HDF5 locks it
         return write_file(
             trajectory, raw_dir, tmp, decode_frames=decode_frames, history_time=history_time
         )
