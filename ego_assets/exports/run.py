@@ -57,9 +57,20 @@ class Written:
 class Exporter(Protocol):
     """One format's writer and how to read back what it wrote (see `run_export`)."""
 
-    format: ExportFormat
-    index_file: str  # written last; a folder without it is unfinished
-    uses_episode_index: bool
+    @property
+    def format(self) -> ExportFormat:
+        """The format's registry entry."""
+        ...
+
+    @property
+    def index_file(self) -> str:
+        """The file written last: a folder without it is unfinished."""
+        ...
+
+    @property
+    def uses_episode_index(self) -> bool:
+        """Whether the format numbers episodes (`EpisodeIndexRegistry`)."""
+        ...
 
     def target(self, storage: Storage, key: str) -> UPath:
         """The capture's export folder (``exports/<folder>/<key>``)."""
