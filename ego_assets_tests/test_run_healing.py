@@ -71,8 +71,32 @@ def _wait_for_step(home: Path, step: str, child: subprocess.Popen[bytes]) -> str
     pytest.fail(f"step {step} of {KEY}'s run did not start within {WAIT_S:.0f} s")
 
 
-@pytest.mark.parametrize("step", ["raw_capture", "trajectory", "ceres_episode"])
-def test_a_run_killed_at_a_step_is_failed_and_run_again_by_the_next_tick(tmp_path, step):
+def _daemon_monitoring(instance: dg.DagsterInstance) -> None:
+    """One iteration of the daemon's run monitoring over ``instance`` (``make dev``)."""
+    import logging
+
+    from dagster._daemon.monitoring.run_monitoring import execute_run_monitoring_iteration
+
+    class _Process:  # the daemon's workspace process context; resuming runs needs no code
+        def __init__(self, instance: dg.DagsterInstance) -> None:
+            self.instance = instance
+
+        def create_request_context(self) -> None:
+            return None
+
+    for error in execute_run_monitoring_iteration(_Process(instance), logging.getLogger()):  # type: ignore[arg-type]
+        assert error is None, error
+
+
+# (step the run is killed in, who notices: the demo's next tick or the daemon's run
+# monitoring before it)
+KILLS = [("raw_capture", "demo"), ("trajectory", "daemon"), ("ceres_episode", "demo")]
+
+
+@pytest.mark.parametrize(("step", "noticed_by"), KILLS)
+def test_a_run_killed_at_a_step_is_failed_and_run_again_by_the_next_tick(
+    tmp_path, step, noticed_by
+):
     from ego_assets.definitions import build_defs
     from ego_assets.defs.demo import landing_tick, open_instance
     from ego_assets.defs.resources import StorageResource
@@ -101,13 +125,17 @@ def test_a_run_killed_at_a_step_is_failed_and_run_again_by_the_next_tick(tmp_pat
         # the daemon's view (make dev): run monitoring asks the local launcher
         health = instance.run_launcher.check_run_worker_health(dead)
         assert health.status == WorkerStatus.FAILED and str(child.pid) in (health.msg or "")
+        if noticed_by == "daemon":
+            _daemon_monitoring(instance)
+            failed = instance.get_run_by_id(run_id)
+            assert failed is not None and failed.status == dg.DagsterRunStatus.FAILURE
     assert [read_receipt(storage, f, KEY) for f in EXPORT_FORMATS] == [None] * 3
 
     resource = StorageResource(root=str(data))
     with open_instance(data) as instance:
         tick = landing_tick(build_defs(resource), instance, resource)
         assert [r.run_key for r in tick.requests] == [KEY] and tick.failures == {}
-        assert tick.died == [KEY]
+        assert tick.died == ([KEY] if noticed_by == "demo" else [])
         dead = instance.get_run_by_id(run_id)
         assert dead is not None and dead.status == dg.DagsterRunStatus.FAILURE
         assert dead.tags[WORKER_DIED_TAG] == str(child.pid)

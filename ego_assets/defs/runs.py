@@ -9,7 +9,7 @@ A run killed with its process (SIGKILL, OOM, a closed laptop lid's power loss) s
   ``DAGSTER_HOME`` by ``make demo``/``make dev`` when it has no ``dagster.yaml``), which
   answers from the run worker's process id. A dead worker's run is marked failed, and
   run retries (``max_retries: 1``, crashes only, never failures in our code) launch it
-  again, from the failed step on.
+  again, from the failed step on. The launcher tags such a run `WORKER_DIED_TAG` too.
 * **the demo**, which runs captures in its own process with no daemon: at its start
   `heal_dead_runs` marks failed every unfinished run of its own sensor whose worker is
   gone and tags it `WORKER_DIED_TAG`; `rerun_after_death` then lets the capture's run
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -146,11 +147,13 @@ class LocalRunLauncher(dg.DefaultRunLauncher):
         return True
 
     def check_run_worker_health(self, run: dg.DagsterRun) -> Any:
-        import time
-
-        pid = worker_died(launcher_instance(self), run, time.time())
+        """RUNNING while the worker may run; FAILED (and the run tagged `WORKER_DIED_TAG`,
+        as the demo tags the runs it heals) once it is gone."""
+        instance = launcher_instance(self)
+        pid = worker_died(instance, run, time.time())
         if pid is None:
             return CheckRunHealthResult(WorkerStatus.RUNNING)
+        instance.add_run_tags(run.run_id, {WORKER_DIED_TAG: str(pid)})
         return CheckRunHealthResult(WorkerStatus.FAILED, f"run worker process {pid} is gone")
 
 
