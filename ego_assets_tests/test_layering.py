@@ -121,11 +121,11 @@ ROOMS: dict[str, set[str]] = {
     "dagster_compat": set(),
     "dagster_client": {"dagster_compat", "defs"},
     "api": {
-        "catalog", "dagster_client", "defs", "errors", "exports", "exports.registry",
+        "catalog", "dagster_client", "errors", "exports", "exports.registry",
         "pipeline", "quality", "storage", "trajectory",
     },
     "cli": {
-        "api", "capture", "capture_sets", "catalog", "dagster_client", "defs", "errors",
+        "api", "capture", "capture_sets", "catalog", "dagster_client", "errors",
         "formats", "keys",
         "importers", "pipeline", "progress", "quality", "storage", "synth", "trajectory",
         "viewer",
