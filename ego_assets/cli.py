@@ -14,6 +14,7 @@ Commands:
     where    which capture set (Dagster partitions, group, assets, job) a capture is in
     backfill re-run per-capture assets for some or all captures
     partitions migrate   move captures to their set under a new number of sets
+    release  build a versioned dataset release from the catalog; diff versions
 
 Commands that need a Dagster instance (where, backfill, partitions, serve) reach it
 through `ego_assets.dagster_client` only.
@@ -767,6 +768,12 @@ def _existing_file(path: Path, what: str) -> Path:
     return path
 
 
+def _add_release(sub: Any) -> None:
+    from ego_assets.releases.cli import add_release_parser
+
+    add_release_parser(sub)
+
+
 # Every command's parser, in the order `ego-assets --help` lists them.
 COMMANDS = (
     _add_synth,
@@ -782,6 +789,7 @@ COMMANDS = (
     _add_backfill,
     _add_partitions,
     _add_import_parser,
+    _add_release,
 )
 
 

@@ -332,6 +332,7 @@ class ShardWriter:
         self._size = 0
         self._name = ""
         self._samples = 0
+        self.last_sample: tuple[str, int] = ("", 0)  # (shard, byte offset) of the last one
 
     def write(self, key: str, members: Sequence[tuple[str, bytes]]) -> None:
         """Append one sample (``members``: (extension, bytes) pairs)."""
@@ -343,6 +344,7 @@ class ShardWriter:
             self._close_shard()
         if self._raw is None:
             self._open_shard()
+        self.last_sample = (self._name, self._size)
         self._append(data)
         self._samples += 1
 

@@ -1,0 +1,96 @@
+"""``ego-assets release build|diff``: build a release version, compare two versions.
+
+Errors (a bad spec, nothing selected, an unknown version) are `ValueError`s: the CLI
+prints them as one line and exits with 2, having written nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+
+def add_release_parser(sub: Any) -> None:
+    """The ``release`` command and its ``build`` and ``diff`` subcommands."""
+    release = sub.add_parser(
+        "release",
+        help="build a named, versioned dataset release; diff two versions (docs/releases.md)",
+        description=(
+            "Build a dataset release from its spec (ROOT/releases/NAME.toml): the episodes\n"
+            "the spec selects from the catalog, split by its seeded rule, packed into an\n"
+            "immutable releases/NAME/v<N>/ with release.json; or diff two versions."
+        ),
+    )
+    rsub = release.add_subparsers(
+        dest="release_command", required=True, metavar="ACTION", help="build or diff"
+    )
+    build = rsub.add_parser(
+        "build",
+        help="build releases/<NAME>/v<N>/ from its spec (nothing new when nothing changed)",
+        description=(
+            "Select, split and pack release NAME into a new version releases/NAME/v<N>/;\n"
+            "when neither the spec nor the selected episodes changed, nothing is written."
+        ),
+    )
+    build.add_argument("name", metavar="NAME", help="release name")
+    build.add_argument("--spec", type=Path, help="spec file (default: ROOT/releases/NAME.toml)")
+    diff = rsub.add_parser(
+        "diff",
+        help="episodes added, removed and changed between versions",
+        description="Episodes added, removed and changed from version VA to VB, each with why.",
+    )
+    diff.add_argument("name", metavar="NAME", help="release name")
+    diff.add_argument("a", metavar="VA", help="older version (v1)")
+    diff.add_argument("b", metavar="VB", help="newer version (v2)")
+    for parser in (build, diff):
+        parser.add_argument(
+            "--data",
+            default=os.environ.get("EGO_DATA_DIR", "data"),
+            help="data root (a local folder)",
+        )
+    build.set_defaults(func=run_build)
+    diff.set_defaults(func=run_diff)
+
+
+def run_build(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Build the release; print the version and its split counts."""
+    from ego_assets.releases.build import build_release
+
+    out = out or sys.stdout
+    result = build_release(args.data, args.name, args.spec)
+    state = "written" if result.written else "unchanged, nothing written"
+    print(f"release {args.name} v{result.version} ({state}): {result.path}", file=out)
+    for split, counts in result.manifest["splits"].items():
+        print(
+            f"  {split:10} {counts['episodes']:6d} episodes  {counts['duration_s'] / 3600:.3f} h",
+            file=out,
+        )
+    for item in result.manifest["left_out"]:
+        print(f"  left out {item['capture_key']}: {item['reason']}", file=out)
+    return 0
+
+
+def run_diff(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Print the episodes added, removed and changed from version VA to VB."""
+    from ego_assets.releases.build import read_manifest
+    from ego_assets.releases.manifest import diff_manifests
+
+    out = out or sys.stdout
+    root = Path(args.data)
+    a, b = read_manifest(root, args.name, args.a), read_manifest(root, args.name, args.b)
+    diff = diff_manifests(a, b)
+    print(
+        f"release {args.name} v{a['version']} -> v{b['version']}: {len(diff['added'])} added, "
+        f"{len(diff['removed'])} removed, {len(diff['changed'])} changed",
+        file=out,
+    )
+    for kind, sign in (("added", "+"), ("removed", "-"), ("changed", "~")):
+        for item in diff[kind]:
+            print(
+                f"{sign} {item['capture_key']} [{item['split']}]: {'; '.join(item['why'])}",
+                file=out,
+            )
+    return 0

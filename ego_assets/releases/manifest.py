@@ -1,0 +1,120 @@
+"""The release manifest ``release.json`` and the diff between two versions.
+
+A manifest holds no write time: two builds of the same inputs give the same bytes. Its
+``inputs_sha256`` is the SHA-256 of the canonical JSON of what the packed files are a
+function of (release name, packer version, spec, packing options, each episode's record,
+the episodes left out): a build whose inputs hash equals the latest version's writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+MANIFEST_FILE = "release.json"
+MANIFEST_FORMAT = "ego-assets-release"
+CHUNK = 1 << 20
+
+
+def canonical(value: Any) -> bytes:
+    """``value`` as canonical JSON bytes (sorted keys, no spaces)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def inputs_sha256(inputs: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a build's inputs."""
+    return hashlib.sha256(canonical(inputs)).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of one file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_records(folder: Path) -> list[dict[str, Any]]:
+    """Every file below ``folder`` except the manifest: ``{path, bytes, sha256}``, path
+    relative (POSIX), in path order."""
+    folder = Path(folder)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+    return [
+        {
+            "path": p.relative_to(folder).as_posix(),
+            "bytes": p.stat().st_size,
+            "sha256": file_sha256(p),
+        }
+        for p in files
+    ]
+
+
+def manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    """How ``release.json`` is written: indented, sorted keys, a final newline."""
+    return (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Why episode record ``old`` became ``new`` (empty: unchanged)."""
+    why = []
+    if old["split"] != new["split"]:
+        why.append(f"split {old['split']} -> {new['split']}")
+    if old["trajectory_digest"] != new["trajectory_digest"]:
+        why.append("trajectory changed (new digest)")
+    for fmt in sorted(set(old["exports"]) | set(new["exports"])):
+        a, b = old["exports"].get(fmt), new["exports"].get(fmt)
+        if a is None or b is None:
+            why.append(f"{fmt}: {'added to' if a is None else 'removed from'} the release")
+        elif a["code_version"] != b["code_version"]:
+            why.append(f"{fmt} re-exported: code {a['code_version']} -> {b['code_version']}")
+        elif a["sha256"] != b["sha256"]:
+            why.append(f"{fmt} re-exported: new bytes (same code version)")
+    og, ng = old["gate"], new["gate"]
+    if og["decision"] != ng["decision"]:
+        why.append(f"gate {og['decision']} -> {ng['decision']}")
+    if og["quality"] != ng["quality"]:
+        why.append(f"quality {og['quality']} -> {ng['quality']}")
+    if og["waivers"] != ng["waivers"]:
+        granted = len(ng["waivers"]) - len(og["waivers"])
+        why.append(
+            f"waivers changed ({len(og['waivers'])} -> {len(ng['waivers'])}"
+            + (", revoked" if granted < 0 else "")
+            + ")"
+        )
+    elif og["policy_version"] != ng["policy_version"]:
+        why.append(f"export policy {og['policy_version']} -> {ng['policy_version']}")
+    return why
+
+
+def diff_manifests(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Episodes added, removed and changed from manifest ``a`` to ``b``, each with why.
+
+    Returns:
+        ``{"added": [{capture_key, split, why}], "removed": [...], "changed": [...]}``
+        in capture-key order; ``why`` is a list of short sentences.
+    """
+    old = {e["capture_key"]: e for e in a["episodes"]}
+    new = {e["capture_key"]: e for e in b["episodes"]}
+    left_out = {e["capture_key"]: e["reason"] for e in b.get("left_out", [])}
+    added = [
+        {"capture_key": k, "split": new[k]["split"], "why": ["selected and exported"]}
+        for k in sorted(new.keys() - old.keys())
+    ]
+    removed = [
+        {
+            "capture_key": k,
+            "split": old[k]["split"],
+            "why": [f"left out: {left_out[k]}" if k in left_out else "no longer selected"],
+        }
+        for k in sorted(old.keys() - new.keys())
+    ]
+    changed = []
+    for k in sorted(old.keys() & new.keys()):
+        why = _changes(old[k], new[k])
+        if why:
+            changed.append({"capture_key": k, "split": new[k]["split"], "why": why})
+    return {"added": added, "removed": removed, "changed": changed}

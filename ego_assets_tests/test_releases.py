@@ -1,0 +1,416 @@
+"""Dataset releases: the spec, the selection over the catalog, versions, diff, WebDataset.
+
+One module-scoped data root holds four real 2 s synthetic captures carried through the
+pipeline (raw, trajectory, quality gate), EgoSmith-exported with their receipts, staged
+and built into the dbt catalog: two clean WebXR captures, one Vision Pro capture and a
+faulty WebXR one whose gate blocks its exports.
+"""
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+import webdataset as wds
+
+from ego_assets import pipeline
+from ego_assets.catalog.sources import stage_rows
+from ego_assets.catalog.warehouse import catalog_database, run_dbt
+from ego_assets.cli import main
+from ego_assets.exports.egosmith import EgoSmithExporter, episode_path, stored_episode
+from ego_assets.exports.run import export_capture
+from ego_assets.formats.egosmith_webdataset import EgoSmithOptions
+from ego_assets.pipeline import LINEAGE_FILE
+from ego_assets.releases.build import ReleaseError, build_release, read_manifest, versions
+from ego_assets.releases.manifest import diff_manifests, file_sha256
+from ego_assets.releases.select import SelectionError, select_episodes
+from ego_assets.releases.spec import SpecError, assign_split, load_spec, parse_spec
+from ego_assets.storage import Storage
+from ego_assets.synth import synthesize
+
+CAPTURES = {  # key -> (kind, faults)
+    "rel-xr-a": ("webxr", ()),
+    "rel-xr-b": ("webxr", ()),
+    "rel-vp": ("holos-visionpro", ()),
+    "rel-bad": ("webxr", ("hand_never_seen",)),
+}
+OPTIONS = EgoSmithOptions(shard_bytes=300_000)
+WEBXR_ONLY = """
+[release]
+licence = "CC-BY-4.0"
+formats = ["webdataset"]
+[select]
+source_kinds = ["webxr"]
+[split]
+by = "episode"
+seed = 3
+fractions = { train = 0.5, valid = 0.5 }
+"""
+
+
+@pytest.fixture(scope="module")
+def built_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("release-root")
+    storage = Storage(root)
+    for index, (key, (kind, faults)) in enumerate(CAPTURES.items()):
+        synthesize(
+            kind, root / "landing" / key, seconds=2, seed=index, faults=faults, capture_id=key
+        )
+        pipeline.ingest_raw(storage, key)
+        pipeline.normalize(storage, key)
+        pipeline.assess_quality(storage, key)
+        gate = pipeline.stored_gate(storage, key)
+        assert gate is not None
+        if gate.passed:
+            export_capture(
+                storage,
+                key,
+                EgoSmithExporter(OPTIONS),
+                episode_index=40 + index,
+                gate_version=gate.data_version,
+            )
+    _build_catalog(storage)
+    return root
+
+
+def _build_catalog(storage: Storage) -> None:
+    with catalog_database(storage, write=True) as db:
+        stage_rows(storage, db, {"egosmith_shards": "egosmith-1"})
+        run_dbt(["run", "--quiet"], db)
+
+
+@pytest.fixture
+def root(built_root, tmp_path) -> Path:
+    copy = tmp_path / "data"
+    shutil.copytree(built_root, copy)
+    return copy
+
+
+def _write_spec(root: Path, name: str, text: str) -> Path:
+    path = root / "releases" / f"{name}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+# -- the spec ---------------------------------------------------------------------------
+
+
+def test_spec_parses_every_key(tmp_path):
+    path = tmp_path / "bracket.toml"
+    path.write_text(
+        """
+[release]
+licence = "CC-BY-4.0"
+description = "bracket"
+formats = ["webdataset", "robomimic"]
+[select]
+tasks = ["bracket assembly"]
+source_kinds = ["holos-visionpro", "quest"]
+devices = ["Apple Vision Pro"]
+demonstrators = ["d01"]
+captured_from = 2026-03-01
+captured_to = 2026-06-30
+quality = ["pass", "warn"]
+gate = ["allowed", "blocked"]
+waived = true
+source_datasets = ["egodex"]
+where = "duration_s > 10"
+[split]
+by = "demonstrator"
+seed = 7
+fractions = { train = 0.8, valid = 0.1, test = 0.1 }
+"""
+    )
+    spec = load_spec(path)
+    assert spec.name == "bracket" and spec.licence == "CC-BY-4.0"
+    assert spec.formats == ("webdataset", "robomimic")
+    assert spec.export_names() == ("egosmith_shards", "holos_hdf5")
+    sel = spec.selection
+    assert sel.lists["task"] == ("bracket assembly",)
+    assert sel.lists["source_kind"] == ("holos-visionpro", "quest")
+    assert sel.lists["quality_status"] == ("pass", "warn")
+    assert sel.lists["gate"] == ("allowed", "blocked")
+    assert str(sel.captured_from) == "2026-03-01" and str(sel.captured_to) == "2026-06-30"
+    assert sel.waived is True and sel.where == "duration_s > 10"
+    assert spec.split.by == "demonstrator" and spec.split.seed == 7
+    assert spec.split.fractions == (("train", 0.8), ("valid", 0.1), ("test", 0.1))
+    assert spec.to_json()["select"]["captured_from"] == "2026-03-01"
+
+
+def test_spec_defaults_to_allowed_episodes_and_a_90_10_split():
+    spec = parse_spec({"release": {"licence": "MIT"}}, "small")
+    assert spec.selection.lists == {"gate": ("allowed",)}
+    assert spec.split.fractions == (("train", 0.9), ("valid", 0.1))
+    assert spec.formats == ("webdataset",)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"release": {"licence": "MIT"}, "select": {"taks": ["x"]}}, "select.taks: unknown key"),
+        ({"release": {"licence": "MIT"}, "extra": {}}, "extra: unknown key"),
+        ({"release": {}}, "release.licence: required"),
+        ({"release": {"licence": "MIT", "formats": ["parquet"]}}, "release.formats"),
+        ({"release": {"licence": "MIT"}, "select": {"quality": ["good"]}}, "select.quality"),
+        ({"release": {"licence": "MIT"}, "select": {"tasks": []}}, "select.tasks: an empty"),
+        ({"release": {"licence": "MIT"}, "select": {"waived": "yes"}}, "select.waived"),
+        ({"release": {"licence": "MIT"}, "select": {"captured_from": "2026"}}, "captured_from"),
+        ({"release": {"licence": "MIT"}, "select": {"where": "1=1; drop"}}, "select.where"),
+        ({"release": {"licence": "MIT"}, "split": {"by": "device"}}, "split.by"),
+        ({"release": {"licence": "MIT"}, "split": {"seed": -1}}, "split.seed"),
+        (
+            {"release": {"licence": "MIT"}, "split": {"fractions": {"train": 0.8, "val": 0.1}}},
+            "split.fractions: fractions sum to 0.9",
+        ),
+        (
+            {"release": {"licence": "MIT"}, "split": {"fractions": {"Train": 1.0}}},
+            "split.fractions.Train",
+        ),
+    ],
+)
+def test_spec_refuses_unknown_keys_and_bad_values(data, message):
+    with pytest.raises(SpecError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        parse_spec(data, "r1", where="r1.toml")
+
+
+def test_spec_file_errors_name_the_file(tmp_path):
+    with pytest.raises(SpecError, match="no such file"):
+        load_spec(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[release\n")
+    with pytest.raises(SpecError, match=f"{bad}: not TOML"):
+        load_spec(bad)
+
+
+def test_split_depends_only_on_seed_and_group_key():
+    rule = parse_spec(
+        {"release": {"licence": "MIT"}, "split": {"seed": 5, "fractions": {"a": 0.7, "b": 0.3}}},
+        "r",
+    ).split
+    keys = [f"cap-{i:05d}" for i in range(20_000)]
+    first = {k: assign_split(rule, k) for k in keys[:100]}
+    grown = {k: assign_split(rule, k) for k in keys}  # the release grows: same answers
+    assert all(grown[k] == first[k] for k in first)
+    share = sum(v == "a" for v in grown.values()) / len(grown)
+    assert 0.69 < share < 0.71
+    other_seed = parse_spec(
+        {"release": {"licence": "MIT"}, "split": {"seed": 6, "fractions": {"a": 0.7, "b": 0.3}}},
+        "r",
+    ).split
+    moved = sum(assign_split(other_seed, k) != grown[k] for k in keys)
+    assert 0.35 * len(keys) < moved < 0.49 * len(keys)  # 2 * 0.7 * 0.3 = 0.42 expected
+    assert assign_split(rule, None) == assign_split(rule, "(none)")
+
+
+# -- selection ---------------------------------------------------------------------------
+
+
+def test_selection_returns_exported_episodes_with_lineage(built_root):
+    spec = parse_spec({"release": {"licence": "MIT"}, "select": {"source_kinds": ["webxr"]}}, "xr")
+    with catalog_database(Storage(built_root), write=False) as db:
+        result = select_episodes(db, spec)
+    assert [e.capture_key for e in result.episodes] == ["rel-xr-a", "rel-xr-b"]  # bad: blocked
+    episode = result.episodes[0]
+    lineage = json.loads((built_root / "trajectory" / "rel-xr-a" / LINEAGE_FILE).read_text())
+    assert episode.trajectory_digest == lineage["data_version"] is not None
+    assert episode.source_kind == "webxr" and episode.demonstrator == "demo-007"
+    export = episode.exports["egosmith_shards"]
+    assert export["path"] == "exports/egosmith/rel-xr-a"
+    assert export["code_version"] == "egosmith-1"
+    receipt = json.loads((built_root / "receipts/egosmith_shards/rel-xr-a.json").read_text())
+    assert (export["sha256"], export["bytes"]) == (receipt["sha256"], receipt["bytes"])
+    gate = pipeline.stored_gate(Storage(built_root), "rel-xr-a")
+    assert gate is not None
+    assert episode.gate["decision"] == "allowed"
+    assert episode.gate["data_version"] == gate.data_version
+    assert episode.gate["waivers"] == [] and episode.gate["waived"] is False
+
+
+def test_selection_filters_where_and_reports_left_out(built_root):
+    with catalog_database(Storage(built_root), write=False) as db:
+        every = select_episodes(
+            db,
+            parse_spec(
+                {"release": {"licence": "MIT"}, "select": {"gate": ["allowed", "blocked"]}}, "e"
+            ),
+        )
+        where = select_episodes(
+            db,
+            parse_spec(
+                {
+                    "release": {"licence": "MIT"},
+                    "select": {"where": "capture_key like '%-b' or source_kind <> 'webxr'"},
+                },
+                "w",
+            ),
+        )
+        with pytest.raises(SelectionError, match=r"select\.where: .*no_such_column"):
+            select_episodes(
+                db,
+                parse_spec(
+                    {"release": {"licence": "MIT"}, "select": {"where": "no_such_column > 1"}}, "w"
+                ),
+            )
+    assert [e.capture_key for e in every.episodes] == ["rel-vp", "rel-xr-a", "rel-xr-b"]
+    assert every.left_out == [{"capture_key": "rel-bad", "reason": "egosmith_shards: blocked"}]
+    assert [e.capture_key for e in where.episodes] == ["rel-vp", "rel-xr-b"]
+
+
+# -- build, versions, diff ----------------------------------------------------------------
+
+
+def test_build_writes_manifest_and_webdataset_then_nothing_when_unchanged(root):
+    _write_spec(root, "xr", WEBXR_ONLY)
+    first = build_release(root, "xr", shard_bytes=250_000)
+    assert first.written and first.version == 1
+    folder = root / "releases" / "xr" / "v1"
+    manifest = json.loads((folder / "release.json").read_text())
+    assert manifest["licence"] == "CC-BY-4.0" and manifest["version"] == 1
+    keys = [e["capture_key"] for e in manifest["episodes"]]
+    assert keys == ["rel-xr-a", "rel-xr-b"]
+    splits = {e["capture_key"]: e["split"] for e in manifest["episodes"]}
+    # every file listed with its true size and digest, and nothing else on disk
+    on_disk = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert sorted([f["path"] for f in manifest["files"]] + ["release.json"]) == on_disk
+    for f in manifest["files"]:
+        assert f["bytes"] == (folder / f["path"]).stat().st_size
+        assert f["sha256"] == file_sha256(folder / f["path"])
+
+    # the shards hold every sample of every episode, byte for byte, in their split
+    index = json.loads((folder / "webdataset" / "index.json").read_text())
+    storage = Storage(root)
+    expected = {k: stored_episode(storage, k).samples for k in keys}  # type: ignore[union-attr]
+    assert index["samples"] == sum(expected.values())
+    for split in ("train", "valid"):
+        urls = [str(folder / "webdataset" / p) for p in index["splits"][split]["shards"]]
+        samples = list(wds.WebDataset(urls, shardshuffle=False, empty_check=False)) if urls else []
+        want = sum(n for k, n in expected.items() if splits[k] == split)
+        assert len(samples) == index["splits"][split]["samples"] == want
+        for sample in samples:
+            capture = json.loads(sample["meta.json"])["capture_id"]
+            assert splits[capture] == split
+    # offsets point at each sample's first tar header
+    for shard in index["shards"]:
+        data = (folder / "webdataset" / shard["path"]).read_bytes()
+        assert len(data) == shard["bytes"] and len(shard["offsets"]) == shard["samples"]
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            first_members = {}
+            for info in tar.getmembers():
+                first_members.setdefault(info.name.split(".")[0], info.offset)
+        assert sorted(first_members.values()) == shard["offsets"]
+    # one episode's JPEG is the per-episode export's bytes
+    xr_a = next(
+        s
+        for s in wds.WebDataset(
+            [str(folder / "webdataset" / p) for p in index["splits"][splits["rel-xr-a"]]["shards"]],
+            shardshuffle=False,
+            empty_check=False,
+        )
+        if json.loads(s["meta.json"])["capture_id"] == "rel-xr-a"
+    )
+    source = Path(episode_path(storage, "rel-xr-a").path) / "shard-000000.tar"
+    with tarfile.open(source) as tar:
+        jpg = next(m for m in tar.getmembers() if m.name.endswith(".image.jpg"))
+        assert tar.extractfile(jpg).read() == xr_a["image.jpg"]  # type: ignore[union-attr]
+
+    again = build_release(root, "xr", shard_bytes=250_000)
+    assert (again.written, again.version) == (False, 1)
+    assert versions(root, "xr") == [1]
+
+
+def test_rebuild_from_same_inputs_is_byte_identical(root):
+    _write_spec(root, "xr", WEBXR_ONLY)
+    build_release(root, "xr", shard_bytes=250_000)
+    folder = root / "releases" / "xr" / "v1"
+    before = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    shutil.move(folder, root / "v1-kept")
+    rebuilt = build_release(root, "xr", shard_bytes=250_000)
+    assert rebuilt.written and rebuilt.version == 1
+    after = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_any_change_makes_a_new_version_and_diff_says_why(root, capsys):
+    _write_spec(root, "xr", WEBXR_ONLY)
+    assert build_release(root, "xr").version == 1
+    # the spec grows to Vision Pro too: v2 adds rel-vp; the WebXR episodes keep their split
+    _write_spec(root, "xr", WEBXR_ONLY.replace('["webxr"]', '["webxr", "holos-visionpro"]'))
+    second = build_release(root, "xr")
+    assert (second.written, second.version) == (True, 2)
+    v1, v2 = read_manifest(root, "xr", "v1"), read_manifest(root, "xr", 2)
+    split1 = {e["capture_key"]: e["split"] for e in v1["episodes"]}
+    split2 = {e["capture_key"]: e["split"] for e in v2["episodes"]}
+    assert {k: split2[k] for k in split1} == split1
+    diff = diff_manifests(v1, v2)
+    assert [a["capture_key"] for a in diff["added"]] == ["rel-vp"]
+    assert diff["removed"] == [] and diff["changed"] == []
+
+    # rel-xr-b re-exported by a new exporter code version -> v3, changed with why
+    storage = Storage(root)
+    receipt_path = root / "receipts" / "egosmith_shards" / "rel-xr-b.json"
+    receipt = json.loads(receipt_path.read_text())
+    receipt["code_version"] = "egosmith-2"
+    receipt_path.write_text(json.dumps(receipt))
+    # and rel-xr-a's export is removed: left out of v3 with the reason
+    (root / "receipts" / "egosmith_shards" / "rel-xr-a.json").unlink()
+    with catalog_database(storage, write=True) as db:
+        stage_rows(storage, db, {"egosmith_shards": "egosmith-2"})
+        run_dbt(["run", "--quiet"], db)
+    third = build_release(root, "xr")
+    assert third.version == 3
+    assert main(["release", "diff", "xr", "v2", "v3", "--data", str(root)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "release xr v2 -> v3: 0 added, 2 removed, 1 changed"
+    # with egosmith-2 deployed, rel-vp's egosmith-1 export is stale (left out)
+    v3 = read_manifest(root, "xr", 3)
+    assert [e["capture_key"] for e in v3["episodes"]] == ["rel-xr-b"]
+    assert v3["episodes"][0]["exports"]["egosmith_shards"]["code_version"] == "egosmith-2"
+    assert {e["capture_key"]: e["reason"] for e in v3["left_out"]} == {
+        "rel-vp": "egosmith_shards: stale",
+        "rel-xr-a": "egosmith_shards: missing",
+    }
+    assert out[1:] == [
+        f"- rel-vp [{split2['rel-vp']}]: left out: egosmith_shards: stale",
+        f"- rel-xr-a [{split2['rel-xr-a']}]: left out: egosmith_shards: missing",
+        f"~ rel-xr-b [{split2['rel-xr-b']}]: "
+        "egosmith_shards re-exported: code egosmith-1 -> egosmith-2",
+    ]
+    changed = diff_manifests(v2, v3)
+    assert changed["changed"] == [
+        {
+            "capture_key": "rel-xr-b",
+            "split": split2["rel-xr-b"],
+            "why": ["egosmith_shards re-exported: code egosmith-1 -> egosmith-2"],
+        }
+    ]
+
+
+def test_cli_build_and_refusals(root, capsys):
+    _write_spec(root, "xr", WEBXR_ONLY)
+    assert main(["release", "build", "xr", "--data", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"release xr v1 (written): {root / 'releases' / 'xr' / 'v1'}")
+    assert main(["release", "build", "xr", "--data", str(root)]) == 0
+    assert "v1 (unchanged, nothing written)" in capsys.readouterr().out
+
+    spec = _write_spec(root, "none", WEBXR_ONLY.replace('["webxr"]', '["quest"]'))
+    assert main(["release", "build", "none", "--data", str(root), "--spec", str(spec)]) == 2
+    assert "selects no exported episode" in capsys.readouterr().err
+    _write_spec(root, "typo", WEBXR_ONLY.replace("source_kinds", "source_kind"))
+    assert main(["release", "build", "typo", "--data", str(root)]) == 2
+    assert "select.source_kind: unknown key" in capsys.readouterr().err
+    _write_spec(root, "hdf", WEBXR_ONLY.replace('["webdataset"]', '["robomimic"]'))
+    with pytest.raises(ReleaseError, match="cannot be packed yet"):
+        build_release(root, "hdf")
+    assert main(["release", "diff", "xr", "v1", "v7", "--data", str(root)]) == 2
+    assert "no version v7 (versions: v1)" in capsys.readouterr().err
+    assert sorted(p.name for p in (root / "releases").iterdir()) == [
+        "hdf.toml",
+        "none.toml",
+        "typo.toml",
+        "xr",
+        "xr.toml",
+    ]
