@@ -170,3 +170,32 @@ def test_the_export_registry_imports_no_writer_and_no_dagster():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_no_import_cycle_in_the_dagster_layer():
+    """Among ``defs/``, ``definitions``, the client and compat modules no module imports
+    itself back through others (lazy imports count)."""
+    paths = [*PACKAGE.joinpath("defs").glob("*.py")]
+    paths += [
+        PACKAGE / f"{name}.py" for name in ("definitions", "dagster_client", "dagster_compat")
+    ]
+    modules = {
+        "ego_assets." + p.relative_to(PACKAGE).with_suffix("").as_posix().replace("/", "."): p
+        for p in paths
+        if p.name != "__init__.py"
+    }
+    graph = {
+        m: {i for i in _full_imports(p) if i in modules and i != m} for m, p in modules.items()
+    }
+    cycles = []
+    for start in sorted(graph):
+        stack, seen = [(start, [start])], {start}
+        while stack:
+            node, path = stack.pop()
+            for nxt in sorted(graph[node]):
+                if nxt == start:
+                    cycles.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert cycles == []
