@@ -1,17 +1,23 @@
-"""Dagster entry point: `dagster dev -w workspace.yaml` loads `defs`."""
+"""Dagster entry point of the capture code location (`ego_assets`): `defs`.
+
+`workspace.yaml` loads two code locations: this one (per-capture assets, capture and export
+jobs, sensors: what every capture run loads) and `ego_assets.catalog_definitions`
+(`ego_assets_catalog`: the aggregates, the dbt catalog, their job and schedule). This
+module imports neither dbt nor the catalog; `build_defs` (tests, the demo) merges both
+into one `Definitions` unless asked for the capture part only.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 
-from ego_assets.defs.aggregates import build_quality_catalog
 from ego_assets.defs.automation import build_stale_code_sensor
-from ego_assets.defs.catalog import CATALOG_RESOURCES, catalog_assets
-from ego_assets.defs.ceres import build_ceres_dataset, build_ceres_episode
-from ego_assets.defs.egosmith import build_egosmith_dataset, build_egosmith_shards
+from ego_assets.defs.ceres import build_ceres_episode
+from ego_assets.defs.egosmith import build_egosmith_shards
 from ego_assets.defs.episodes import apply_run_worker_env
 from ego_assets.defs.executors import executor_from_env
 from ego_assets.defs.exports import build_export_jobs
@@ -21,7 +27,6 @@ from ego_assets.defs.ingest import build_raw_capture, build_trajectory
 from ego_assets.defs.partitions import CaptureSet, all_sets, configured_sets
 from ego_assets.defs.quality import build_quality_report
 from ego_assets.defs.resources import StorageResource
-from ego_assets.defs.schedules import aggregates_job, nightly_aggregates
 from ego_assets.defs.sensors import (
     DEFAULT_SENSOR_INTERVAL_S,
     build_capture_job,
@@ -50,17 +55,10 @@ def _exporters(assets: list[dg.AssetsDefinition]) -> list[dg.AssetsDefinition]:
 
 
 def build_assets(sets: int) -> tuple[list[Any], list[dg.UnresolvedAssetJobDefinition]]:
-    """Every asset of a code location with ``sets`` capture sets, and its export jobs
-    (one ``export_<format>`` job per exporter and set)."""
+    """Every per-capture asset of a code location with ``sets`` capture sets, and its
+    export jobs (one ``export_<format>`` job per exporter and set)."""
     per_set = {cs: per_capture_assets(cs) for cs in all_sets(sets)}
-    capture_sets = tuple(per_set)
     assets: list[Any] = [a for set_assets in per_set.values() for a in set_assets]
-    assets += [
-        build_quality_catalog(capture_sets),
-        build_egosmith_dataset(capture_sets),
-        build_ceres_dataset(capture_sets),
-    ]
-    assets += catalog_assets(assets)  # the dataset catalog reads every asset above
     # One on-demand job per exporter (launched by the export API, `ego_assets.api`).
     export_jobs = [j for a in per_set.values() for j in build_export_jobs(_exporters(a))]
     return assets, export_jobs
@@ -79,24 +77,43 @@ def build_defs(
     executor: dg.ExecutorDefinition | None = None,
     sets: int | None = None,
     import_sources: tuple[ImportSource, ...] = (),
+    catalog: bool = True,
 ) -> dg.Definitions:
     """Definitions with the given storage (tests and the demo pass their own) over
     ``sets`` capture sets (default ``EGO_CAPTURE_SETS``), with one import sensor per
-    ``import_sources`` entry (`ego_assets.defs.imports`)."""
+    ``import_sources`` entry (`ego_assets.defs.imports`); with ``catalog``, merged with
+    the catalog code location's (`ego_assets.catalog_definitions`: the whole workspace
+    in one process, as the demo runs it)."""
     n = configured_sets() if sets is None else sets
     assets, export_jobs = (ASSETS, EXPORT_JOBS) if n == configured_sets() else build_assets(n)
-    capture_jobs = [build_capture_job(cs) for cs in all_sets(n)]
-    return dg.Definitions(
+    # Without a deployment executor, capture runs execute their steps in the run worker:
+    # the multiprocess default would load the code location again for every step.
+    capture_executor = dg.in_process_executor if executor is None else None
+    capture_jobs = [build_capture_job(cs, capture_executor) for cs in all_sets(n)]
+    capture = dg.Definitions(
         assets=assets,
-        jobs=[*capture_jobs, aggregates_job, *export_jobs],
-        schedules=[nightly_aggregates],
+        jobs=[*capture_jobs, *export_jobs],
         sensors=[
             build_landing_sensor(sensor_interval, n, capture_jobs),
             build_stale_code_sensor(n),
             *(build_import_sensor(source) for source in import_sources),
         ],
-        resources={"storage": storage, **CATALOG_RESOURCES},
+        resources={"storage": storage},
         executor=executor,
+    )
+    if not catalog:
+        return capture
+    from ego_assets.catalog_definitions import build_catalog_defs  # dbt: only when asked
+
+    return dg.Definitions.merge(capture, build_catalog_defs(storage, n, assets))
+
+
+def storage_from_env(environ: Mapping[str, str]) -> StorageResource:
+    """Storage from ``EGO_DATA_DIR`` / ``EGO_LANDING_DIR`` / ``EGO_S3_ENDPOINT_URL``."""
+    return StorageResource(
+        root=environ.get("EGO_DATA_DIR", "data"),
+        landing=environ.get("EGO_LANDING_DIR") or None,
+        endpoint_url=environ.get("EGO_S3_ENDPOINT_URL") or None,
     )
 
 
@@ -104,15 +121,11 @@ def build_defs(
 def defs() -> dg.Definitions:
     """Storage from EGO_DATA_DIR / EGO_LANDING_DIR / EGO_S3_ENDPOINT_URL, sensor interval from
     EGO_SENSOR_INTERVAL_S, capture sets from EGO_CAPTURE_SETS, import sources from
-    EGO_IMPORT_SOURCES (all read at load)."""
-    storage = StorageResource(
-        root=os.environ.get("EGO_DATA_DIR", "data"),
-        landing=os.environ.get("EGO_LANDING_DIR") or None,
-        endpoint_url=os.environ.get("EGO_S3_ENDPOINT_URL") or None,
-    )
+    EGO_IMPORT_SOURCES (all read at load); no catalog (its own code location)."""
     return build_defs(
-        storage,
+        storage_from_env(os.environ),
         sensor_interval_s(os.environ),
         executor_from_env(os.environ),
         import_sources=import_sources_from_env(os.environ),
+        catalog=False,
     )

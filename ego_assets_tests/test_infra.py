@@ -125,12 +125,12 @@ def _env_of(service: dict[str, Any]) -> dict[str, str]:
 def test_compose_file_wires_postgres_s3_code_server_webserver_and_daemon() -> None:
     compose = _load("docker-compose.yaml")
     services = compose["services"]
-    assert set(services) == {"postgres", "s3", "init", "code", "webserver", "daemon"}
+    assert set(services) == {"postgres", "s3", "init", "code", "catalog", "webserver", "daemon"}
     assert services["postgres"]["image"].startswith("postgres:")
     assert services["s3"]["image"].startswith("minio/minio:")
     build = services["init"]["build"]
     assert (INFRA / build["context"] / build["dockerfile"]).resolve() == (INFRA / "Dockerfile")
-    dagster_services = ("init", "code", "webserver", "daemon")
+    dagster_services = ("init", "code", "catalog", "webserver", "daemon")
     for name in dagster_services:
         service = services[name]
         assert service["image"] == services["init"]["image"], name
@@ -145,9 +145,11 @@ def test_compose_file_wires_postgres_s3_code_server_webserver_and_daemon() -> No
         assert "dagster-storage" in service["volumes"][0], name
     assert services["init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert services["init"]["depends_on"]["s3"]["condition"] == "service_healthy"
-    assert services["code"]["depends_on"]["init"]["condition"] == ("service_completed_successfully")
+    for name in ("code", "catalog"):
+        assert services[name]["depends_on"]["init"]["condition"] == "service_completed_successfully"
     for name in ("webserver", "daemon"):
         assert services[name]["depends_on"]["code"]["condition"] == "service_healthy"
+        assert services[name]["depends_on"]["catalog"]["condition"] == "service_healthy"
     # run monitoring finds dead run workers (the code server's children) by process id
     assert services["daemon"]["pid"] == "service:code"
     assert "single_writer 1" in " ".join(services["init"]["command"])
@@ -160,8 +162,15 @@ def test_compose_file_wires_postgres_s3_code_server_webserver_and_daemon() -> No
 
 def test_compose_workspace_reaches_the_code_server_over_grpc() -> None:
     workspace = _load("workspace.docker.yaml")
-    (entry,) = workspace["load_from"]
+    entry, catalog = workspace["load_from"]
     assert entry["grpc_server"] == {"host": "code", "port": 4000, "location_name": "ego_assets"}
+    assert catalog["grpc_server"] == {
+        "host": "catalog",
+        "port": 4001,
+        "location_name": "ego_assets_catalog",
+    }
+    compose = _load("docker-compose.yaml")
+    assert "ego_assets.catalog_definitions" in compose["services"]["catalog"]["command"]
     dockerfile = (INFRA / "Dockerfile").read_text()
     assert dockerfile.startswith("# ") and "FROM python:3.11-slim" in dockerfile
     assert "-c constraints.txt" in dockerfile
@@ -225,8 +234,10 @@ def test_helm_values_set_k8s_run_launcher_external_postgres_s3_and_run_limits() 
     run_pod = launcher["config"]["k8sRunLauncher"]["runK8sConfig"]["containerConfig"]
     assert run_pod["resources"]["requests"]["memory"] == "2Gi"
 
-    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    deployment, catalog = values["dagster-user-deployments"]["deployments"]
     assert deployment["dagsterApiGrpcArgs"][:2] == ["-m", "ego_assets.definitions"]
+    assert catalog["dagsterApiGrpcArgs"][:2] == ["-m", "ego_assets.catalog_definitions"]
+    assert catalog["env"] == deployment["env"]
     assert deployment["includeConfigInLaunchedRuns"] == {"enabled": True}
     env = {item["name"]: item["value"] for item in deployment["env"]}
     assert env["EGO_DATA_DIR"].startswith("s3://")

@@ -13,7 +13,6 @@ import dagster as dg
 from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.pools import SINGLE_WRITER_POOL
 from ego_assets.defs.resources import StorageResource
-from ego_assets.quality.catalog import write_quality_catalog
 
 CATALOG_VERSION = "quality-catalog-1"
 AGGREGATES_GROUP = "aggregates"
@@ -38,6 +37,9 @@ def build_quality_catalog(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsDe
         ),
     )
     def quality_catalog(storage: StorageResource) -> dg.MaterializeResult:
+        # imported here: the capture code location loads this module for the group name only
+        from ego_assets.quality.catalog import write_quality_catalog
+
         # the nightly pass over the data root also clears what killed writers left
         swept = storage.get_storage().sweep_leftovers()
         summary = write_quality_catalog(storage.get_storage())

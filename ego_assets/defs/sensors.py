@@ -33,13 +33,17 @@ SENSOR_INTERVAL_ENV = "EGO_SENSOR_INTERVAL_S"
 DEFAULT_SENSOR_INTERVAL_S = 30
 
 
-@functools.cache  # one definition per set (the module-level one is set 0's)
-def build_capture_job(cs: CaptureSet) -> dg.UnresolvedAssetJobDefinition:
-    """Set ``cs``'s ``capture_job``: everything per capture for one of its captures."""
+@functools.cache  # one definition per set and executor (the module-level one is set 0's)
+def build_capture_job(
+    cs: CaptureSet, executor_def: dg.ExecutorDefinition | None = None
+) -> dg.UnresolvedAssetJobDefinition:
+    """Set ``cs``'s ``capture_job``: everything per capture for one of its captures, on
+    ``executor_def`` (None: the code location's)."""
     return dg.define_asset_job(
         cs.job_name(CAPTURE_JOB),
         selection=dg.AssetSelection.assets(*(cs.key(name) for name in PER_CAPTURE_ASSETS)),
         description="Everything per capture, from the raw copy to the checked outputs and exports.",
+        executor_def=executor_def,
     )
 
 
