@@ -2,7 +2,9 @@
 intake, exports and catalog build, then run once more to the end.
 
 Each killed run is a fresh ``ego-assets demo`` process (its own session) on one data
-root. The bench picks a phase at random for it (intake: a staging folder under ``raw/``,
+root; before each run but the first the bench lands one more synthetic WebXR capture
+(``chaos-<n>``), so that every run has intake and exports to do. The bench picks a phase
+at random for each run (intake: a staging folder under ``raw/``,
 ``trajectory/`` or ``quality/``; exports: under ``exports/``, ``receipts/`` or
 ``registry/``; catalog: under ``catalog/``), waits until that phase is seen writing
 (a staging folder or temporary file of a live writer, polled every 0.05 s), waits a
@@ -66,6 +68,18 @@ def _writing(root: Path, phase: str) -> bool:
     from ego_assets.storage import find_leftovers
 
     return any(p.relative_to(root).parts[0] in PHASES[phase] for p in find_leftovers(root))
+
+
+def _land_capture(root: Path, number: int, seconds: float) -> str:
+    """A new synthetic WebXR capture in the landing zone (written aside, then renamed in),
+    so that every run has intake and exports to do; returns its key."""
+    from ego_assets.synth import synthesize
+
+    key = f"chaos-{number:03d}"
+    staging = root / "landing" / f".{key}.landing"
+    synthesize("webxr", staging, seconds=seconds, seed=1000 + number, capture_id=key)
+    staging.rename(root / "landing" / key)
+    return key
 
 
 def _killed_run(root: Path, seconds: float, phase: str, rng: random.Random) -> dict[str, Any]:
@@ -220,6 +234,9 @@ def run(kills: int, seconds: float, seed: int, root: Path) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     done = 0
     while done < kills and len(runs) < 3 * kills + 2:
+        if runs:  # the first run has the demo's own captures to do
+            (root / "landing").mkdir(parents=True, exist_ok=True)
+            _land_capture(root, len(runs), seconds)
         runs.append(_killed_run(root, seconds, rng.choice(sorted(PHASES)), rng))
         done += runs[-1]["killed"]
     start = time.monotonic()
