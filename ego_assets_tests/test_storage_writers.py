@@ -90,7 +90,7 @@ def test_a_killed_writers_leftovers_are_cleared_by_the_next_write(tmp_path):
 # written, before it is linked).
 KILLED_WRITERS = """
 import os, sys
-from ego_assets import episode_index
+from ego_assets.exports import episode_index
 from ego_assets.storage import Storage
 
 s = Storage(sys.argv[1])
