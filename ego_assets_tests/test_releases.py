@@ -1,17 +1,22 @@
-"""Dataset releases: the spec, the selection over the catalog, versions, diff, WebDataset.
+"""Dataset releases: the spec, the selection over the catalog, versions, diff, WebDataset
+and robomimic-style HDF5 packing.
 
 One module-scoped data root holds four real 2 s synthetic captures carried through the
-pipeline (raw, trajectory, quality gate), EgoSmith-exported with their receipts, staged
-and built into the dbt catalog: two clean WebXR captures, one Vision Pro capture and a
-faulty WebXR one whose gate blocks its exports.
+pipeline (raw, trajectory, quality gate), exported as EgoSmith shards and Holos HDF5 with
+their receipts, staged and built into the dbt catalog: two clean WebXR captures, one
+Vision Pro capture and a faulty WebXR one whose gate blocks its exports.
 """
 
 import io
 import json
+import os
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
+import h5py
+import numpy as np
 import pytest
 import webdataset as wds
 
@@ -20,6 +25,7 @@ from ego_assets.catalog.sources import stage_rows
 from ego_assets.catalog.warehouse import catalog_database, run_dbt
 from ego_assets.cli import main
 from ego_assets.exports.egosmith import EgoSmithExporter, episode_path, stored_episode
+from ego_assets.exports.holos import HolosExporter
 from ego_assets.exports.run import export_capture
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions
 from ego_assets.pipeline import LINEAGE_FILE
@@ -40,7 +46,7 @@ OPTIONS = EgoSmithOptions(shard_bytes=300_000)
 WEBXR_ONLY = """
 [release]
 licence = "CC-BY-4.0"
-formats = ["webdataset"]
+formats = ["webdataset", "robomimic"]
 [select]
 source_kinds = ["webxr"]
 [split]
@@ -64,13 +70,14 @@ def built_root(tmp_path_factory) -> Path:
         gate = pipeline.stored_gate(storage, key)
         assert gate is not None
         if gate.passed:
-            export_capture(
-                storage,
-                key,
-                EgoSmithExporter(OPTIONS),
-                episode_index=40 + index,
-                gate_version=gate.data_version,
-            )
+            for exporter in (EgoSmithExporter(OPTIONS), HolosExporter()):
+                export_capture(
+                    storage,
+                    key,
+                    exporter,
+                    episode_index=40 + index,
+                    gate_version=gate.data_version,
+                )
     _build_catalog(storage)
     return root
 
@@ -402,15 +409,114 @@ def test_cli_build_and_refusals(root, capsys):
     _write_spec(root, "typo", WEBXR_ONLY.replace("source_kinds", "source_kind"))
     assert main(["release", "build", "typo", "--data", str(root)]) == 2
     assert "select.source_kind: unknown key" in capsys.readouterr().err
-    _write_spec(root, "hdf", WEBXR_ONLY.replace('["webdataset"]', '["robomimic"]'))
+    _write_spec(root, "hdf", WEBXR_ONLY.replace('"robomimic"', '"lerobot"'))
     with pytest.raises(ReleaseError, match="cannot be packed yet"):
         build_release(root, "hdf")
     assert main(["release", "diff", "xr", "v1", "v7", "--data", str(root)]) == 2
     assert "no version v7 (versions: v1)" in capsys.readouterr().err
-    assert sorted(p.name for p in (root / "releases").iterdir()) == [
+    assert sorted(p.name for p in (root / "releases").iterdir()) == [  # nothing else written
         "hdf.toml",
         "none.toml",
         "typo.toml",
         "xr",
         "xr.toml",
     ]
+
+
+# -- robomimic-style HDF5 ----------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+ROBOMIMIC_PYTHON = Path(
+    os.environ.get("EGO_ROBOMIMIC_PYTHON", REPO / ".venv-robomimic" / "bin" / "python")
+)
+# robomimic's SequenceDataset over one split (filter_by_attribute); prints JSON.
+SPLIT_RECIPE = r"""
+import json, sys
+import numpy as np
+from robomimic.utils.dataset import SequenceDataset
+
+path, split = sys.argv[1], sys.argv[2]
+ds = SequenceDataset(
+    hdf5_path=path,
+    obs_keys=["device_pose"],
+    dataset_keys=["actions"],
+    seq_length=5,
+    filter_by_attribute=split,
+)
+first = ds[0]
+print(json.dumps({
+    "demos": list(ds.demos),
+    "len": len(ds),
+    "actions": np.asarray(first["actions"], dtype=float).tolist(),
+}))
+"""
+
+
+def _holos_file(root: Path, key: str) -> Path:
+    return root / "exports" / "holos_hdf5" / key / f"{key}.h5"
+
+
+def test_robomimic_file_holds_each_episode_as_a_demo_with_split_masks(root):
+    _write_spec(root, "xr", WEBXR_ONLY)
+    result = build_release(root, "xr")
+    manifest = result.manifest
+    packed = manifest["formats"]["robomimic"]
+    assert packed["demos"] == {"rel-xr-a": "demo_0", "rel-xr-b": "demo_1"}
+    splits = {e["capture_key"]: e["split"] for e in manifest["episodes"]}
+    with h5py.File(result.path / "robomimic" / "release.hdf5") as f:
+        total = 0
+        for key, demo in packed["demos"].items():
+            with h5py.File(_holos_file(root, key)) as src:
+                source = src["data/demo_0"]
+                copied = f[f"data/{demo}"]
+                assert copied.attrs["ego_capture_key"] == key
+                np.testing.assert_array_equal(copied["actions"][:], source["actions"][:])
+                np.testing.assert_array_equal(
+                    copied["obs/device_pose"][:], source["obs/device_pose"][:]
+                )
+                assert copied.attrs["num_samples"] == source.attrs["num_samples"]
+                total += int(source.attrs["num_samples"])
+                # scales re-attached inside this file, to this demo's own axis
+                axes = [[s.name for s in dim.values()] for dim in copied["obs/device_pose"].dims]
+                assert axes[0] == [f"/data/{demo}/time"]
+                assert (
+                    f[axes[1][0]][:].tolist()
+                    == src[source["obs/device_pose"].dims[1][0].name][:].tolist()
+                )
+        assert f["data"].attrs["total"] == total == packed["total"]
+        for split in ("train", "valid"):
+            want = [packed["demos"][k] for k in sorted(splits) if splits[k] == split]
+            assert [n.decode() for n in f[f"mask/{split}"][:]] == want
+
+
+@pytest.mark.skipif(
+    not ROBOMIMIC_PYTHON.exists(), reason="no robomimic virtualenv (make robomimic-venv)"
+)
+def test_robomimic_sequence_dataset_reads_each_split(root, tmp_path):
+    _write_spec(root, "xr", WEBXR_ONLY)
+    result = build_release(root, "xr")
+    path = result.path / "robomimic" / "release.hdf5"
+    demos = result.manifest["formats"]["robomimic"]["demos"]
+    for split in ("train", "valid"):
+        keys = [e["capture_key"] for e in result.manifest["episodes"] if e["split"] == split]
+        if not keys:
+            continue
+        run = subprocess.run(
+            [str(ROBOMIMIC_PYTHON), "-c", SPLIT_RECIPE, str(path), split],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        got = json.loads(run.stdout.strip().splitlines()[-1])
+        assert got["demos"] == [demos[k] for k in keys]
+        samples = 0
+        for key in keys:
+            with h5py.File(_holos_file(root, key)) as src:
+                samples += int(src["data/demo_0"].attrs["num_samples"])
+                if key == keys[0]:
+                    first_actions = src["data/demo_0/actions"][:5]
+        assert got["len"] == samples  # one sequence per sample
+        np.testing.assert_allclose(np.asarray(got["actions"]), first_actions, rtol=1e-6)

@@ -23,6 +23,7 @@ from ego_assets.releases.manifest import (
     inputs_sha256,
     manifest_bytes,
 )
+from ego_assets.releases.robomimic import pack_robomimic
 from ego_assets.releases.select import select_episodes
 from ego_assets.releases.spec import RELEASES_DIR, ReleaseSpec, load_spec, spec_path
 from ego_assets.releases.webdataset import pack_webdataset
@@ -31,7 +32,7 @@ from ego_assets.trajectory.store import atomic_directory, remove_leftovers
 
 RELEASE_WRITER_VERSION = "release-1"
 VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
-PACKED = ("webdataset",)  # release formats this version packs
+PACKED = ("webdataset", "robomimic")  # release formats this version packs
 
 
 class ReleaseError(ValueError):
@@ -146,6 +147,8 @@ def build_release(
             if "webdataset" in spec.formats:
                 index = pack_webdataset(root, selection.episodes, splits, tmp, shard_bytes)
                 formats["webdataset"] = {"index": "webdataset/index.json", **index["splits"]}
+            if "robomimic" in spec.formats:
+                formats["robomimic"] = pack_robomimic(root, selection.episodes, splits, tmp)
             manifest = {
                 "format": MANIFEST_FORMAT,
                 "version": number,
