@@ -35,7 +35,8 @@ import numpy as np
 from bench import name_value_table, report
 from bench.normalize import write_visionpro_capture
 from ego_assets.capture import read_capture
-from ego_assets.formats.holos_hdf5 import DEMO, read_opaque, write_file
+from ego_assets.formats.holos_hdf5 import read_opaque, write_file
+from ego_assets.formats.holos_writer import DEMO
 
 TARGET_RATIO = 1.3
 WINDOW = 16

@@ -35,7 +35,7 @@ from ego_assets.exports.egosmith import (
     stored_episode,
 )
 from ego_assets.exports.run import export_capture
-from ego_assets.formats import egosmith_constants as C
+from ego_assets.formats import egosmith_constants
 from ego_assets.formats.egosmith_loader import split_shards, window_dataset
 from ego_assets.formats.egosmith_reader import is_egosmith_path, iter_shard, validate_path
 from ego_assets.formats.egosmith_webdataset import (
@@ -129,7 +129,7 @@ def test_webdataset_reads_every_sample_of_every_shard(store, key):
         assert {"image.jpg", "lowdim.npy", "mano.npy", "meta.json"} <= set(sample)
         dataset, _, frame = parse_key(sample["__key__"])
         meta = sample["meta.json"]
-        assert set(C.META_FIELDS) <= set(meta)
+        assert set(egosmith_constants.META_FIELDS) <= set(meta)
         assert (meta["dataset_name"], meta["episode_index"], meta["frame_index"]) == (
             dataset,
             EPISODES[key],
@@ -156,7 +156,7 @@ def test_tar_members_are_plain_files_with_safe_names(store):
                     assert ".." not in info.name and info.mode == 0o444
                     stem, _, ext = info.name.partition(".")
                     parse_key(stem)
-                    assert ext in C.EXTENSIONS
+                    assert ext in egosmith_constants.EXTENSIONS
 
 
 def test_mano_source_lowdim_and_mano_equal_the_trajectory(store):
@@ -165,25 +165,29 @@ def test_mano_source_lowdim_and_mano_equal_the_trajectory(store):
     samples = _wds_samples(_shards(store, "mano"))
     lowdim = np.stack([s["lowdim.npy"] for s in samples])
     presence = np.array([s["meta.json"]["presence"] for s in samples])
-    for h, side in enumerate(C.HANDS):
+    for h, side in enumerate(egosmith_constants.HANDS):
         mano = traj.stream(f"mano_{side}")
         rows = _nearest(mano.time, frames.time)
         present = mano.fields["valid_detected"][rows]
         assert present.any()
-        bit = C.PRESENCE_LEFT if side == "left" else C.PRESENCE_RIGHT
+        bit = (
+            egosmith_constants.PRESENCE_LEFT
+            if side == "left"
+            else egosmith_constants.PRESENCE_RIGHT
+        )
         np.testing.assert_array_equal((presence & bit) > 0, present)
-        trans = C.LEFT_TRANS if side == "left" else C.RIGHT_TRANS
-        rot = C.LEFT_ROT6D if side == "left" else C.RIGHT_ROT6D
-        tips = C.LEFT_TIPS if side == "left" else C.RIGHT_TIPS
+        trans = egosmith_constants.LEFT_TRANS if side == "left" else egosmith_constants.RIGHT_TRANS
+        rot = egosmith_constants.LEFT_ROT6D if side == "left" else egosmith_constants.RIGHT_ROT6D
+        tips = egosmith_constants.LEFT_TIPS if side == "left" else egosmith_constants.RIGHT_TIPS
         joints = mano.fields["joints"][rows]
         matrix = Rotation.from_rotvec(mano.fields["global_orient"][rows]).as_matrix()
         want_rot6d = np.concatenate([matrix[:, :, 0], matrix[:, :, 1]], axis=1)
         want_tips = joints[:, list(FINGERTIPS["mano21"])].reshape(-1, 15)
-        ws = lowdim[:, C.WRIST_STATE]
+        ws = lowdim[:, egosmith_constants.WRIST_STATE]
         np.testing.assert_allclose(ws[present, trans], joints[present, 0], **TOL)
         np.testing.assert_allclose(ws[present, rot], want_rot6d[present], **TOL)
         np.testing.assert_allclose(
-            lowdim[present, C.HAND_STATE][:, tips], want_tips[present], **TOL
+            lowdim[present, egosmith_constants.HAND_STATE][:, tips], want_tips[present], **TOL
         )
         mano_rows = np.stack([s["mano.npy"] for s in samples])[:, h]
         want = np.concatenate(
@@ -197,9 +201,13 @@ def test_mano_source_lowdim_and_mano_equal_the_trajectory(store):
         )
         np.testing.assert_allclose(mano_rows, want, **TOL)
     np.testing.assert_allclose(
-        lowdim[:, C.EXTRINSIC], frames.fields["world_to_camera"].reshape(-1, 16), **TOL
+        lowdim[:, egosmith_constants.EXTRINSIC],
+        frames.fields["world_to_camera"].reshape(-1, 16),
+        **TOL,
     )
-    np.testing.assert_allclose(lowdim[:, C.INTRINSIC], frames.fields["intrinsics"], **TOL)
+    np.testing.assert_allclose(
+        lowdim[:, egosmith_constants.INTRINSIC], frames.fields["intrinsics"], **TOL
+    )
     assert samples[0]["meta.json"]["mano_source"] == "mano"
 
 
@@ -217,22 +225,30 @@ def test_skeleton_wrist_and_fingertips_equal_the_trajectory(store, key, stream, 
     samples = _wds_samples(_shards(store, key))
     lowdim = np.stack([s["lowdim.npy"] for s in samples])
     presence = np.array([s["meta.json"]["presence"] for s in samples])
-    for side in C.HANDS:
+    for side in egosmith_constants.HANDS:
         hand = traj.stream(stream.format(side=side))
         rows = _nearest(hand.time, frames.time)
-        bit = C.PRESENCE_LEFT if side == "left" else C.PRESENCE_RIGHT
+        bit = (
+            egosmith_constants.PRESENCE_LEFT
+            if side == "left"
+            else egosmith_constants.PRESENCE_RIGHT
+        )
         present = (presence & bit) > 0
         assert present.mean() > 0.8
         assert hand.fields["hand_valid"][rows][present].all()
         pos = hand.fields["position"][rows]
-        trans = C.LEFT_TRANS if side == "left" else C.RIGHT_TRANS
-        tips = C.LEFT_TIPS if side == "left" else C.RIGHT_TIPS
-        np.testing.assert_allclose(lowdim[present, C.WRIST_STATE][:, trans], pos[present, 0], **TOL)
+        trans = egosmith_constants.LEFT_TRANS if side == "left" else egosmith_constants.RIGHT_TRANS
+        tips = egosmith_constants.LEFT_TIPS if side == "left" else egosmith_constants.RIGHT_TIPS
+        np.testing.assert_allclose(
+            lowdim[present, egosmith_constants.WRIST_STATE][:, trans], pos[present, 0], **TOL
+        )
         want_tips = pos[:, list(FINGERTIPS[joint_set])].reshape(-1, 15)
         np.testing.assert_allclose(
-            lowdim[present, C.HAND_STATE][:, tips], want_tips[present], **TOL
+            lowdim[present, egosmith_constants.HAND_STATE][:, tips], want_tips[present], **TOL
         )
-        rot = lowdim[present, C.WRIST_STATE][:, C.LEFT_ROT6D if side == "left" else C.RIGHT_ROT6D]
+        rot = lowdim[present, egosmith_constants.WRIST_STATE][
+            :, egosmith_constants.LEFT_ROT6D if side == "left" else egosmith_constants.RIGHT_ROT6D
+        ]
         x, y = rot[:, :3], rot[:, 3:]
         np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
         np.testing.assert_allclose(np.sum(x * y, axis=1), 0.0, atol=1e-5)
@@ -248,10 +264,16 @@ def test_absent_hands_are_zero_and_actions_are_next_states(store):
     lowdim = np.stack([s["lowdim.npy"] for s in samples])
     presence = np.array([s["meta.json"]["presence"] for s in samples])
     assert (presence != 3).any() and (presence == 3).any()
-    left_absent = (presence & C.PRESENCE_LEFT) == 0
-    assert not lowdim[left_absent, C.WRIST_STATE][:, C.LEFT_TRANS].any()
-    np.testing.assert_array_equal(lowdim[:-1, C.ACTION], lowdim[1:, C.STATE])
-    np.testing.assert_array_equal(lowdim[-1, C.ACTION], lowdim[-1, C.STATE])
+    left_absent = (presence & egosmith_constants.PRESENCE_LEFT) == 0
+    assert not lowdim[left_absent, egosmith_constants.WRIST_STATE][
+        :, egosmith_constants.LEFT_TRANS
+    ].any()
+    np.testing.assert_array_equal(
+        lowdim[:-1, egosmith_constants.ACTION], lowdim[1:, egosmith_constants.STATE]
+    )
+    np.testing.assert_array_equal(
+        lowdim[-1, egosmith_constants.ACTION], lowdim[-1, egosmith_constants.STATE]
+    )
     assert [s["meta.json"]["last_frame"] for s in samples].count(True) == 1
     frames = [parse_key(s["__key__"])[2] for s in samples]
     assert np.diff(frames).max() > 1  # dropped frames keep their own numbers
@@ -273,15 +295,15 @@ def test_images_show_the_frame_they_claim(store, key, video):
         assert errors.argmin() == i * 7 and errors.min() < 3.0
         # the wrist drawn in the video sits where lowdim's camera puts the exported wrist
         lowdim, presence = sample["lowdim.npy"], sample["meta.json"]["presence"]
-        w2c = lowdim[C.EXTRINSIC].reshape(4, 4).astype(np.float64)
-        fx, fy, cx, cy = lowdim[C.INTRINSIC]
+        w2c = lowdim[egosmith_constants.EXTRINSIC].reshape(4, 4).astype(np.float64)
+        fx, fy, cx, cy = lowdim[egosmith_constants.INTRINSIC]
         for bit, side, trans in (
-            (C.PRESENCE_LEFT, "left", C.LEFT_TRANS),
-            (C.PRESENCE_RIGHT, "right", C.RIGHT_TRANS),
+            (egosmith_constants.PRESENCE_LEFT, "left", egosmith_constants.LEFT_TRANS),
+            (egosmith_constants.PRESENCE_RIGHT, "right", egosmith_constants.RIGHT_TRANS),
         ):
             if not presence & bit:
                 continue
-            cam = w2c[:3, :3] @ lowdim[C.WRIST_STATE][trans] + w2c[:3, 3]
+            cam = w2c[:3, :3] @ lowdim[egosmith_constants.WRIST_STATE][trans] + w2c[:3, 3]
             u, v = round(fx * cam[0] / cam[2] + cx), round(fy * cam[1] / cam[2] + cy)
             if 2 <= u < image.shape[1] - 2 and 2 <= v < image.shape[0] - 2 and cam[2] > 0:
                 colour = image[v - 1 : v + 2, u - 1 : u + 2].reshape(-1, 3).mean(axis=0)
@@ -293,8 +315,8 @@ def test_depth_is_written_in_metres_with_its_schema(store):
     with np.load(raw_capture_dir(Path(store.stage_path("raw", "mano").path)) / "depth.npz") as npz:
         depth = npz["depth"]
     for i, sample in enumerate(samples):
-        assert sample.meta["depth_schema"] == C.DEPTH_SCHEMA
-        assert sample.meta["depth_encoding"] == C.DEPTH_ENCODING
+        assert sample.meta["depth_schema"] == egosmith_constants.DEPTH_SCHEMA
+        assert sample.meta["depth_encoding"] == egosmith_constants.DEPTH_ENCODING
         np.testing.assert_array_equal(sample.depth, depth[i].astype(np.float32))
     xr = next(iter_shard(Path(_shards(store, "xr")[0])))
     assert xr.depth is None and "depth_schema" not in xr.meta
@@ -366,7 +388,10 @@ def test_packed_dataset_splits_by_episode_and_lists_every_shard(store):
 def test_loader_windows_never_cross_episodes(store):
     urls = [s for k in ("xr", "mano") for s in _shards(store, k)]
     windows = list(window_dataset(urls, state_horizon=2, action_horizon=4, images=True))
-    states = {parse_key(s["__key__"])[1:]: s["lowdim.npy"][C.STATE] for s in _wds_samples(urls)}
+    states = {
+        parse_key(s["__key__"])[1:]: s["lowdim.npy"][egosmith_constants.STATE]
+        for s in _wds_samples(urls)
+    }
     # per episode: N frames give N - (2 + 4 - 1) + 1 windows
     assert len(windows) == 2 * (60 - 5 + 1)
     for w in windows:

@@ -34,7 +34,7 @@ import os, signal, sys
 import h5py
 from ego_assets.exports import holos as holos_export
 from ego_assets.exports.run import run_export
-from ego_assets.formats import holos_hdf5 as h
+from ego_assets.formats import holos_hdf5 as h, holos_writer as hw
 from ego_assets.storage import Storage
 
 root, point, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -46,16 +46,16 @@ def die(flush=None):
     os.kill(os.getpid(), signal.SIGKILL)
 
 if point == "dataset":  # after `count` datasets, flushed to disk
-    data = h._Writer.data
+    data = hw.H5Writer.data
     def counting(self, *args, **kwargs):
         ds = data(self, *args, **kwargs)
         seen[0] += 1
         if seen[0] == count:
             die(self.f)
         return ds
-    h._Writer.data = counting
+    hw.H5Writer.data = counting
 elif point == "media":  # inside the first media file's byte stream
-    h.MEDIA_READ_BYTES = 4096
+    hw.MEDIA_READ_BYTES = 4096
     frombuffer = h.np.frombuffer
     def dying(buffer, dtype=float, *args, **kwargs):
         if dtype == "V1":
@@ -151,9 +151,9 @@ def test_killed_library_write_leaves_only_a_hidden_temporary(prepared, tmp_path)
     child = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from ego_assets.formats import holos_hdf5 as h\n"
+        "from ego_assets.formats import holos_hdf5 as h, holos_raw\n"
         "from ego_assets.trajectory.store import read_trajectory\n"
-        "h._Raw.write = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "holos_raw.RawSection.write = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n"
         "t = read_trajectory(Path(sys.argv[1]))\n"
         "h.write_holos_hdf5(t, Path(sys.argv[2]), Path(sys.argv[3]))\n"
     )

@@ -19,8 +19,8 @@ from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.exports import holos as holos_export
-from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION
 from ego_assets.formats.holos_hdf5_validate import validate_file
+from ego_assets.formats.holos_writer import EXPORTER_VERSION
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 

@@ -45,7 +45,7 @@ from scipy.spatial.transform import Rotation
 from ego_assets.capture.files import CaptureFiles
 from ego_assets.capture.holos_hdf5 import imported_files
 from ego_assets.capture.media import probe_video
-from ego_assets.formats import egosmith_constants as C
+from ego_assets.formats import egosmith_constants
 from ego_assets.trajectory.joints import FINGERTIPS, JOINT_SETS, WRIST
 from ego_assets.trajectory.model import Annotations, CaptureInfo, Trajectory
 from ego_assets.trajectory.streams import Stream, make_stream, sample_flags
@@ -70,16 +70,16 @@ def read_samples(files: CaptureFiles) -> tuple[list[str], dict[str, list[bytes]]
             a sample without one of the required members (named by key as the field).
     """
     keys: list[str] = []
-    members: dict[str, list[bytes]] = {ext: [] for ext in C.EXTENSIONS}
+    members: dict[str, list[bytes]] = {ext: [] for ext in egosmith_constants.EXTENSIONS}
     current: dict[str, bytes] = {}
 
     def finish() -> None:
-        missing = [e for e in C.REQUIRED_EXTENSIONS if e not in current]
+        missing = [e for e in egosmith_constants.REQUIRED_EXTENSIONS if e not in current]
         if missing:
             raise files.error(
                 SAMPLES_FILE, f"sample lacks {', '.join(missing)}", field=keys[-1], row=len(keys)
             )
-        for ext in C.EXTENSIONS:
+        for ext in egosmith_constants.EXTENSIONS:
             if ext in current:
                 members[ext].append(current[ext])
 
@@ -89,7 +89,7 @@ def read_samples(files: CaptureFiles) -> tuple[list[str], dict[str, list[bytes]]
                 if not info.isfile():
                     raise files.error(SAMPLES_FILE, "member is not a regular file", field=info.name)
                 key, _, ext = info.name.partition(".")
-                if ext not in C.EXTENSIONS:
+                if ext not in egosmith_constants.EXTENSIONS:
                     raise files.error(SAMPLES_FILE, f"unknown extension {ext!r}", field=info.name)
                 if not keys or key != keys[-1]:
                     if keys:
@@ -145,7 +145,7 @@ def read_egosmith_webdataset(files: CaptureFiles, marker: Mapping[str, Any]) -> 
         if not isinstance(meta, dict) or "presence" not in meta:
             raise files.error(SAMPLES_FILE, "meta.json lacks presence", field=keys[i], row=i + 1)
         metas.append(meta)
-    lowdim = _npy(files, members["lowdim.npy"], "lowdim.npy", (C.LOWDIM_DIM,))
+    lowdim = _npy(files, members["lowdim.npy"], "lowdim.npy", (egosmith_constants.LOWDIM_DIM,))
     mano = _npy(files, members["mano.npy"], "mano.npy", None)
     frames = np.array([_frame(files, k, i) for i, k in enumerate(keys)], np.int64)
     first = metas[0]
@@ -158,7 +158,10 @@ def read_egosmith_webdataset(files: CaptureFiles, marker: Mapping[str, Any]) -> 
     presence = np.array([int(m["presence"]) for m in metas], np.int64)
     common = {"source_file": SAMPLES_FILE}
     streams = [_frames_stream(lowdim, metas, frames, ts, start_ns)]
-    for side, bit in (("left", C.PRESENCE_LEFT), ("right", C.PRESENCE_RIGHT)):
+    for side, bit in (
+        ("left", egosmith_constants.PRESENCE_LEFT),
+        ("right", egosmith_constants.PRESENCE_RIGHT),
+    ):
         present = (presence & bit) > 0
         streams += _hand_streams(lowdim, side, present, ts, start_ns, common, first)
         if first.get("mano_source") == "mano":
@@ -209,8 +212,8 @@ def _frames_stream(
     start_ns: int,
 ) -> Stream:
     valid = np.array([bool(m.get("extrinsic_valid", True)) for m in metas])
-    w2c = lowdim[:, C.EXTRINSIC].reshape(-1, 4, 4)
-    intrinsics = lowdim[:, C.INTRINSIC]
+    w2c = lowdim[:, egosmith_constants.EXTRINSIC].reshape(-1, 4, 4)
+    intrinsics = lowdim[:, egosmith_constants.INTRINSIC]
     return make_stream(
         "video_frames",
         "media_frames",
@@ -248,10 +251,16 @@ def _hand_streams(
     meta: Mapping[str, Any],
 ) -> list[Stream]:
     n = len(lowdim)
-    wrist_state = lowdim[:, C.WRIST_STATE]
-    tips = lowdim[:, C.HAND_STATE][:, C.LEFT_TIPS if side == "left" else C.RIGHT_TIPS]
-    wrist = wrist_state[:, C.LEFT_TRANS if side == "left" else C.RIGHT_TRANS]
-    six = wrist_state[:, C.LEFT_ROT6D if side == "left" else C.RIGHT_ROT6D]
+    wrist_state = lowdim[:, egosmith_constants.WRIST_STATE]
+    tips = lowdim[:, egosmith_constants.HAND_STATE][
+        :, egosmith_constants.LEFT_TIPS if side == "left" else egosmith_constants.RIGHT_TIPS
+    ]
+    wrist = wrist_state[
+        :, egosmith_constants.LEFT_TRANS if side == "left" else egosmith_constants.RIGHT_TRANS
+    ]
+    six = wrist_state[
+        :, egosmith_constants.LEFT_ROT6D if side == "left" else egosmith_constants.RIGHT_ROT6D
+    ]
     matrix = rot6d_matrix(six)
     ok = present & np.isfinite(matrix).all(axis=(1, 2))
     quat = np.full((n, 4), np.nan)
@@ -306,23 +315,25 @@ def _mano_stream(
     common: Mapping[str, Any],
 ) -> Stream:
     width = mano.shape[2]
-    pose = width - C.MANO_POSE_START - C.DEFAULT_MANO_BETAS
+    pose = width - egosmith_constants.MANO_POSE_START - egosmith_constants.DEFAULT_MANO_BETAS
     if pose < 1:
         raise files.error(
             SAMPLES_FILE, f"mano.npy rows of {width} values hold no pose", field="mano.npy"
         )
     schema = _episode_mano(files)
-    row = mano[:, C.HANDS.index(side)]
+    row = mano[:, egosmith_constants.HANDS.index(side)]
     return make_stream(
         f"mano_{side}",
         "mano",
         ts,
         start_ns,
         {
-            "transl": row[:, C.MANO_TRANSL],
-            "global_orient": row[:, C.MANO_GLOBAL_ORIENT],
-            "hand_pose": row[:, C.MANO_POSE_START : C.MANO_POSE_START + pose],
-            "betas": row[:, C.MANO_POSE_START + pose :],
+            "transl": row[:, egosmith_constants.MANO_TRANSL],
+            "global_orient": row[:, egosmith_constants.MANO_GLOBAL_ORIENT],
+            "hand_pose": row[
+                :, egosmith_constants.MANO_POSE_START : egosmith_constants.MANO_POSE_START + pose
+            ],
+            "betas": row[:, egosmith_constants.MANO_POSE_START + pose :],
             "valid_detected": present,
         },
         {

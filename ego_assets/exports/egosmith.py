@@ -24,7 +24,7 @@ from upath import UPath
 
 from ego_assets.exports.registry import EGOSMITH, ExportFormat
 from ego_assets.exports.run import WHOLE_FOLDER, Written
-from ego_assets.formats import egosmith_constants as C
+from ego_assets.formats import egosmith_constants
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
 from ego_assets.formats.egosmith_reader import Report, raw_samples
 from ego_assets.formats.egosmith_webdataset import (
@@ -238,7 +238,51 @@ def _with_split(members: dict[str, bytes], split: str) -> list[tuple[str, bytes]
     meta = json.loads(members["meta.json"])
     meta["split"] = split
     members = {**members, "meta.json": json.dumps(meta, sort_keys=True).encode()}
-    return [(ext, members[ext]) for ext in C.EXTENSIONS if ext in members]
+    return [(ext, members[ext]) for ext in egosmith_constants.EXTENSIONS if ext in members]
+
+
+def _pack_split(
+    storage: Storage,
+    writer: ShardWriter,
+    members: list[EpisodeSummary],
+    split: str,
+    shards: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Write the samples of ``members`` (one split, in order) through ``writer``; append
+    its shards' manifest entries to ``shards`` and return the episodes' entries."""
+    episodes = []
+    shard_episodes: dict[str, set[int]] = {}
+    for summary in members:
+        with storage.read_dir(episode_path(storage, summary.capture_id)) as folder:
+            for key, sample in _episode_samples(folder, summary):
+                writer.write(key, _with_split(sample, split))
+                shard_name = egosmith_constants.SHARD_PATTERN.format(writer.next_index - 1)
+                shard_episodes.setdefault(shard_name, set()).add(summary.episode_index)
+        names = sorted(name for name, eps in shard_episodes.items() if summary.episode_index in eps)
+        episodes.append(
+            {
+                "episode_index": summary.episode_index,
+                "capture_id": summary.capture_id,
+                "clip_id": summary.clip_id,
+                "dataset_name": summary.dataset_name,
+                "split": split,
+                "samples": summary.samples,
+                "shards": names,
+                "data_version": summary.data_version,
+            }
+        )
+    for info in writer.close():
+        shards.append(
+            {
+                "name": info.name,
+                "split": split,
+                "samples": info.samples,
+                "bytes": info.bytes,
+                "sha256": info.sha256,
+                "episodes": sorted(shard_episodes.get(info.name, set())),
+            }
+        )
+    return episodes
 
 
 def pack_dataset(storage: Storage, options: EgoSmithOptions | None = None) -> PackResult:
@@ -279,39 +323,7 @@ def pack_dataset(storage: Storage, options: EgoSmithOptions | None = None) -> Pa
                 key=lambda s: s.episode_index,
             )
             writer = ShardWriter(tmp, options.shard_bytes, first=next_shard)
-            shard_episodes: dict[str, set[int]] = {}
-            for summary in members:
-                with storage.read_dir(episode_path(storage, summary.capture_id)) as folder:
-                    for key, sample in _episode_samples(folder, summary):
-                        writer.write(key, _with_split(sample, split))
-                        shard_name = C.SHARD_PATTERN.format(writer.next_index - 1)
-                        shard_episodes.setdefault(shard_name, set()).add(summary.episode_index)
-                names = sorted(
-                    name for name, eps in shard_episodes.items() if summary.episode_index in eps
-                )
-                episodes.append(
-                    {
-                        "episode_index": summary.episode_index,
-                        "capture_id": summary.capture_id,
-                        "clip_id": summary.clip_id,
-                        "dataset_name": summary.dataset_name,
-                        "split": split,
-                        "samples": summary.samples,
-                        "shards": names,
-                        "data_version": summary.data_version,
-                    }
-                )
-            for info in writer.close():
-                shards.append(
-                    {
-                        "name": info.name,
-                        "split": split,
-                        "samples": info.samples,
-                        "bytes": info.bytes,
-                        "sha256": info.sha256,
-                        "episodes": sorted(shard_episodes.get(info.name, set())),
-                    }
-                )
+            episodes += _pack_split(storage, writer, members, split, shards)
             next_shard = writer.next_index
         manifest = {
             "format": FORMAT,

@@ -26,7 +26,8 @@ from upath import UPath
 
 from ego_assets.exports.registry import HOLOS, ExportFormat
 from ego_assets.exports.run import Written
-from ego_assets.formats.holos_hdf5 import EXPORTER_VERSION, write_file
+from ego_assets.formats.holos_hdf5 import write_file
+from ego_assets.formats.holos_writer import EXPORTER_VERSION
 from ego_assets.progress import READ_TASK, report
 from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.trajectory.store import read_trajectory

@@ -33,7 +33,7 @@ import numpy as np
 import simplejpeg
 import webdataset as wds
 
-from ego_assets.formats import egosmith_constants as C
+from ego_assets.formats import egosmith_constants
 from ego_assets.formats.egosmith_webdataset import MANIFEST_FILE, parse_key
 
 
@@ -103,10 +103,10 @@ def _window(frames: list[dict[str, Any]], s: int, a: int) -> dict[str, Any]:
         "__key__": frames[s - 1]["__key__"],
         "episode_index": frames[0]["_episode"],
         "frame_index": np.array([f["meta.json"]["frame_index"] for f in frames], np.int64),
-        "state": lowdim[:s, C.STATE],
-        "action": lowdim[s - 1 : s - 1 + a, C.ACTION],
-        "extrinsic": lowdim[:s, C.EXTRINSIC].reshape(s, 4, 4),
-        "intrinsic": lowdim[:s, C.INTRINSIC],
+        "state": lowdim[:s, egosmith_constants.STATE],
+        "action": lowdim[s - 1 : s - 1 + a, egosmith_constants.ACTION],
+        "extrinsic": lowdim[:s, egosmith_constants.EXTRINSIC].reshape(s, 4, 4),
+        "intrinsic": lowdim[:s, egosmith_constants.INTRINSIC],
         "presence": np.array([f["meta.json"]["presence"] for f in observed], np.uint8),
     }
     if "image.jpg" in frames[0]:

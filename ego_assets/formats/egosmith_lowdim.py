@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from ego_assets.formats import egosmith_constants as C
+from ego_assets.formats import egosmith_constants
 from ego_assets.trajectory.joints import FINGERTIPS, joint_map
 from ego_assets.trajectory.model import MediaRef, Trajectory
 from ego_assets.trajectory.streams import Stream
@@ -288,11 +288,15 @@ def _mano_params(
     n = len(frame_time)
     streams = {
         side: s
-        for side in C.HANDS
+        for side in egosmith_constants.HANDS
         if (s := hand_stream(trajectory, side)) is not None and s.kind == "mano"
     }
     if not streams:
-        width = C.MANO_POSE_START + C.DEFAULT_MANO_PCA + C.DEFAULT_MANO_BETAS
+        width = (
+            egosmith_constants.MANO_POSE_START
+            + egosmith_constants.DEFAULT_MANO_PCA
+            + egosmith_constants.DEFAULT_MANO_BETAS
+        )
         schema: dict[str, object] = {
             "source": "none",
             "layout": "zeros: this source has no MANO parameters",
@@ -302,8 +306,8 @@ def _mano_params(
     first = next(iter(streams.values()))
     dims = first.dims()
     p, b = dims["P"], dims["B"]
-    out = np.zeros((n, 2, C.MANO_POSE_START + p + b), np.float32)
-    for h, side in enumerate(C.HANDS):
+    out = np.zeros((n, 2, egosmith_constants.MANO_POSE_START + p + b), np.float32)
+    for h, side in enumerate(egosmith_constants.HANDS):
         s = streams.get(side)
         if s is None or s.dims() != dims:
             continue
@@ -320,7 +324,7 @@ def _mano_params(
         "source": "mano",
         "layout": "rows left, right: transl(3, m, world), global_orient(3, rad axis-angle), "
         f"hand_pose({p}), betas({b})",
-        "shape": [2, C.MANO_POSE_START + p + b],
+        "shape": [2, egosmith_constants.MANO_POSE_START + p + b],
         "pose_space": first.attrs["mano_pose_space"],
         "n_pose": p,
         "n_betas": b,
@@ -336,7 +340,10 @@ def episode_arrays(trajectory: Trajectory, camera: HeadCamera | None = None) -> 
     n = len(frames)
     frame_time = frames.time
     video_period = _period(frame_time) or (1.0 / camera.media.fps if camera.media.fps else 0.0)
-    left, right = (hand_at_frames(trajectory, side, frame_time, video_period) for side in C.HANDS)
+    left, right = (
+        hand_at_frames(trajectory, side, frame_time, video_period)
+        for side in egosmith_constants.HANDS
+    )
     w2c = world_to_camera_opencv(frames)
     intrinsics = frames.fields["intrinsics"]
     extrinsic_valid = np.isfinite(w2c).all(axis=(1, 2)) & np.isfinite(intrinsics).all(axis=1)
@@ -360,8 +367,8 @@ def episode_arrays(trajectory: Trajectory, camera: HeadCamera | None = None) -> 
         axis=1,
     ).astype(np.float32)
     presence = (
-        left.present.astype(np.uint8) * C.PRESENCE_LEFT
-        + right.present.astype(np.uint8) * C.PRESENCE_RIGHT
+        left.present.astype(np.uint8) * egosmith_constants.PRESENCE_LEFT
+        + right.present.astype(np.uint8) * egosmith_constants.PRESENCE_RIGHT
     )
     mano, mano_schema = _mano_params(trajectory, frame_time, video_period)
     return EpisodeArrays(

@@ -23,7 +23,7 @@ import numpy as np
 import simplejpeg
 
 from ego_assets.fileio import file_sha256
-from ego_assets.formats import egosmith_constants as C
+from ego_assets.formats import egosmith_constants
 from ego_assets.formats.egosmith_webdataset import EPISODE_FILE, FORMAT, MANIFEST_FILE, parse_key
 
 MAX_ERRORS = 50
@@ -91,7 +91,7 @@ def raw_samples(shard: Path, report: Report) -> Iterator[tuple[str, dict[str, by
                 report.error(f"{where}: unsafe name (path separator or leading dot)")
                 continue
             stem, _, ext = info.name.partition(".")
-            if ext not in C.EXTENSIONS:
+            if ext not in egosmith_constants.EXTENSIONS:
                 report.error(f"{where}: unknown extension {ext!r}")
                 continue
             if stem != key and members:
@@ -112,7 +112,7 @@ def _npy(data: bytes) -> np.ndarray:
 
 def decode_sample(key: str, members: dict[str, bytes]) -> Sample:
     """Decode one sample's members; ValueError naming the member that fails."""
-    missing = [ext for ext in C.REQUIRED_EXTENSIONS if ext not in members]
+    missing = [ext for ext in egosmith_constants.REQUIRED_EXTENSIONS if ext not in members]
     if missing:
         raise ValueError(f"sample {key}: missing {', '.join(missing)}")
     dataset, episode, frame = parse_key(key)
@@ -121,7 +121,7 @@ def decode_sample(key: str, members: dict[str, bytes]) -> Sample:
     except ValueError as exc:
         raise ValueError(f"sample {key}: image.jpg does not decode: {exc}") from None
     lowdim, mano = _npy(members["lowdim.npy"]), _npy(members["mano.npy"])
-    if lowdim.dtype != np.float32 or lowdim.shape != (C.LOWDIM_DIM,):
+    if lowdim.dtype != np.float32 or lowdim.shape != (egosmith_constants.LOWDIM_DIM,):
         raise ValueError(f"sample {key}: lowdim.npy is {lowdim.dtype} {lowdim.shape}")
     if mano.dtype != np.float32 or mano.ndim != 2 or mano.shape[0] != 2:
         raise ValueError(f"sample {key}: mano.npy is {mano.dtype} {mano.shape}, not (2, K)")
@@ -146,20 +146,24 @@ def iter_shard(shard: Path) -> Iterator[Sample]:
 def check_sample(sample: Sample) -> list[str]:
     """Problems of one decoded sample (empty when it follows the format)."""
     meta, key = sample.meta, sample.key
-    problems = [f"sample {key}: meta.json lacks {f!r}" for f in C.META_FIELDS if f not in meta]
+    problems = [
+        f"sample {key}: meta.json lacks {f!r}"
+        for f in egosmith_constants.META_FIELDS
+        if f not in meta
+    ]
     if problems:
         return problems
-    has_depth_meta = any(f in meta for f in C.DEPTH_META_FIELDS)
+    has_depth_meta = any(f in meta for f in egosmith_constants.DEPTH_META_FIELDS)
     if (has_depth_meta or sample.depth is not None) and (
-        sample.depth is None or any(f not in meta for f in C.DEPTH_META_FIELDS)
+        sample.depth is None or any(f not in meta for f in egosmith_constants.DEPTH_META_FIELDS)
     ):
         problems.append(f"sample {key}: depth.npy and depth_schema/depth_encoding go together")
     expected = {
         "dataset_name": sample.dataset,
         "episode_index": sample.episode,
-        "lowdim_schema": C.LOWDIM_SCHEMA,
-        "wrist_translation_semantics": C.WRIST_TRANSLATION_SEMANTICS,
-        "camera_extrinsic_convention": C.CAMERA_EXTRINSIC_CONVENTION,
+        "lowdim_schema": egosmith_constants.LOWDIM_SCHEMA,
+        "wrist_translation_semantics": egosmith_constants.WRIST_TRANSLATION_SEMANTICS,
+        "camera_extrinsic_convention": egosmith_constants.CAMERA_EXTRINSIC_CONVENTION,
     }
     if "frame_index" in meta:
         expected["frame_index"] = sample.frame
@@ -172,10 +176,13 @@ def check_sample(sample: Sample) -> list[str]:
         problems.append(f"sample {key}: presence {meta['presence']!r} not in 0..3")
     if not np.isfinite(sample.lowdim).all():
         problems.append(f"sample {key}: lowdim.npy has non-finite values")
-    for bit, side in ((C.PRESENCE_LEFT, "left"), (C.PRESENCE_RIGHT, "right")):
+    for bit, side in (
+        (egosmith_constants.PRESENCE_LEFT, "left"),
+        (egosmith_constants.PRESENCE_RIGHT, "right"),
+    ):
         if int(meta["presence"]) & bit:
             continue
-        values = hand_values(sample.lowdim[C.STATE], side)
+        values = hand_values(sample.lowdim[egosmith_constants.STATE], side)
         if np.any(values != 0):
             problems.append(f"sample {key}: {side} hand absent but its state is not zero")
     return problems
@@ -183,24 +190,32 @@ def check_sample(sample: Sample) -> list[str]:
 
 def hand_values(state: np.ndarray, side: str) -> np.ndarray:
     """Every value of one hand in a 48-d state (wrist_state + hand_state)."""
-    wrist = state[C.WRIST_STATE]
-    tips = state[C.HAND_STATE]
+    wrist = state[egosmith_constants.WRIST_STATE]
+    tips = state[egosmith_constants.HAND_STATE]
     if side == "left":
-        parts = (wrist[C.LEFT_TRANS], wrist[C.LEFT_ROT6D], tips[C.LEFT_TIPS])
+        parts = (
+            wrist[egosmith_constants.LEFT_TRANS],
+            wrist[egosmith_constants.LEFT_ROT6D],
+            tips[egosmith_constants.LEFT_TIPS],
+        )
     else:
-        parts = (wrist[C.RIGHT_TRANS], wrist[C.RIGHT_ROT6D], tips[C.RIGHT_TIPS])
+        parts = (
+            wrist[egosmith_constants.RIGHT_TRANS],
+            wrist[egosmith_constants.RIGHT_ROT6D],
+            tips[egosmith_constants.RIGHT_TIPS],
+        )
     return np.concatenate(parts)
 
 
 def _check_actions(prev: Sample, cur: Sample | None, report: Report) -> None:
     """The action of ``prev`` is the state of ``cur`` (its next frame), or its own if last."""
     if cur is not None and cur.episode == prev.episode and cur.frame > prev.frame:
-        target, what = cur.lowdim[C.STATE], f"state of {cur.key}"
+        target, what = cur.lowdim[egosmith_constants.STATE], f"state of {cur.key}"
     elif prev.meta.get("last_frame", True):
-        target, what = prev.lowdim[C.STATE], "its own state (last frame)"
+        target, what = prev.lowdim[egosmith_constants.STATE], "its own state (last frame)"
     else:
         return  # the next frame is in another shard
-    if not np.array_equal(prev.lowdim[C.ACTION], target):
+    if not np.array_equal(prev.lowdim[egosmith_constants.ACTION], target):
         report.error(f"sample {prev.key}: action is not the {what}")
 
 

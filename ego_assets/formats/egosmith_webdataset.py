@@ -46,7 +46,7 @@ import av
 import numpy as np
 import simplejpeg
 
-from ego_assets.formats import egosmith_constants as C
+from ego_assets.formats import egosmith_constants
 from ego_assets.formats.egosmith_lowdim import EpisodeArrays, HeadCamera, episode_arrays
 from ego_assets.progress import WRITE_TASK, report
 from ego_assets.trajectory.model import MediaRef, Trajectory
@@ -123,9 +123,12 @@ def dataset_name_for(trajectory: Trajectory, options: EgoSmithOptions) -> str:
 
 def sample_key(dataset: str, episode: int, frame: int) -> str:
     """``<dataset>_ep<episode:06d>_f<frame:06d>`` (both numbers 0..999999)."""
-    if not 0 <= episode <= C.MAX_EPISODE or not 0 <= frame <= C.MAX_FRAME:
+    if (
+        not 0 <= episode <= egosmith_constants.MAX_EPISODE
+        or not 0 <= frame <= egosmith_constants.MAX_FRAME
+    ):
         raise ValueError(f"episode {episode} / frame {frame} do not fit six digits")
-    return C.KEY_PATTERN.format(dataset=dataset, episode=episode, frame=frame)
+    return egosmith_constants.KEY_PATTERN.format(dataset=dataset, episode=episode, frame=frame)
 
 
 def parse_key(key: str) -> tuple[str, int, int]:
@@ -361,7 +364,7 @@ class ShardWriter:
         self._size += len(data)
 
     def _open_shard(self) -> None:
-        self._name = C.SHARD_PATTERN.format(self.next_index)
+        self._name = egosmith_constants.SHARD_PATTERN.format(self.next_index)
         self.next_index += 1
         self._raw = open(self.folder / self._name, "wb")  # noqa: SIM115 - closed in _close_shard
         self._sha = hashlib.sha256()
@@ -430,9 +433,9 @@ def episode_meta(
         "instruction": instructions,
         "instruction_num": len(instructions),
         "language": instructions[-1] if instructions else "",
-        "lowdim_schema": C.LOWDIM_SCHEMA,
-        "wrist_translation_semantics": C.WRIST_TRANSLATION_SEMANTICS,
-        "camera_extrinsic_convention": C.CAMERA_EXTRINSIC_CONVENTION,
+        "lowdim_schema": egosmith_constants.LOWDIM_SCHEMA,
+        "wrist_translation_semantics": egosmith_constants.WRIST_TRANSLATION_SEMANTICS,
+        "camera_extrinsic_convention": egosmith_constants.CAMERA_EXTRINSIC_CONVENTION,
         "capture_id": trajectory.info.capture_id,
         "source_kind": trajectory.info.source_kind,
         "language_code": trajectory.annotations.language,
@@ -536,8 +539,8 @@ def write_episode(
     keys = [sample_key(dataset, episode_index, int(f)) for f in arrays.frame_index]
     use_depth = depth is not None and options.export_depth
     if use_depth:
-        base["depth_schema"] = C.DEPTH_SCHEMA
-        base["depth_encoding"] = C.DEPTH_ENCODING
+        base["depth_schema"] = egosmith_constants.DEPTH_SCHEMA
+        base["depth_encoding"] = egosmith_constants.DEPTH_ENCODING
     depth_frames = iter_depth_frames(depth[0], depth[1].unit) if use_depth and depth else None
     samples = _EpisodeSamples.build(keys, arrays, base, options.jpeg_quality)
     where = f"capture {trajectory.info.capture_id!r}, file {camera.media.path!r}"
@@ -587,7 +590,7 @@ def write_episode(
                 "rotation": h.rotation_source,
                 "fingertips": h.fingertips,
             }
-            for side, h in zip(C.HANDS, (left, right), strict=True)
+            for side, h in zip(egosmith_constants.HANDS, (left, right), strict=True)
         },
         mano=dict(arrays.mano_schema),
         depth=use_depth,

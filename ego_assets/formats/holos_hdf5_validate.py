@@ -18,7 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ego_assets.formats.holos_hdf5 import (
+from ego_assets.formats.holos_writer import (
     CONVENTION_VERSION,
     CONVENTIONS,
     ENV_NAME,
