@@ -123,6 +123,9 @@ ROOMS: dict[str, set[str]] = {
     },
     "definitions": {"catalog_definitions", "defs", "exports.registry"},
     "catalog_definitions": {"definitions", "defs"},
+    "releases": {
+        "catalog", "exports", "exports.registry", "fileio", "formats", "storage", "trajectory"
+    },
     "demo_report": {"catalog", "exports.registry", "pipeline", "quality", "storage", "trajectory"},
     "dagster_compat": set(),
     "dagster_client": {"dagster_compat", "defs"},
@@ -131,7 +134,7 @@ ROOMS: dict[str, set[str]] = {
         "pipeline", "quality", "storage", "trajectory",
     },
     "cli": {
-        "api", "capture", "capture_sets", "catalog", "dagster_client", "errors",
+        "releases", "api", "capture", "capture_sets", "catalog", "dagster_client", "errors",
         "formats", "keys",
         "importers", "pipeline", "progress", "quality", "storage", "synth", "trajectory",
         "viewer",
