@@ -105,7 +105,7 @@ ROOMS: dict[str, set[str]] = {
     "landing": {"capture", "errors", "keys", "storage"},
     "capture_sets": {"exports.registry", "keys"},
     "quality": {"exports.registry", "fileio", "keys", "storage", "trajectory"},
-    "viewer": {"quality", "storage", "trajectory"},
+    "viewer": {"fileio", "quality", "storage", "trajectory"},
     "pipeline": {"capture", "quality", "storage", "trajectory", "viewer"},
     "catalog": {
         "capture", "exports.registry", "fileio", "keys", "pipeline", "quality", "storage",

@@ -39,8 +39,9 @@ import rerun as rr
 from rerun.chunk import Chunk, IndexColumn, LazyChunkStream
 from rerun.experimental import Hdf5Reader, LeRobotReader
 
+from ego_assets.fileio import atomic_output
 from ego_assets.trajectory.joints import JOINT_SETS
-from ego_assets.viewer.recording import APPLICATION_ID, atomic_output
+from ego_assets.viewer.recording import APPLICATION_ID
 from ego_assets.viewer.rerun_log import ArrowBatch
 from ego_assets.viewer.skeleton import skeleton_strips
 

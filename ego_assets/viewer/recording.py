@@ -12,15 +12,13 @@ poses, 2D landmarks) and `overlays` (gaps, faults, annotations, the quality verd
 
 from __future__ import annotations
 
-import os
-import secrets
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 import rerun as rr
 import rerun.blueprint as rrb
 
+from ego_assets.fileio import atomic_output
 from ego_assets.quality.gate import Gate
 from ego_assets.quality.report import QualityReport, compute_report
 from ego_assets.trajectory.model import Trajectory
@@ -32,24 +30,6 @@ RECORDING_FILE = "episode.rrd"
 # Bumped when the recording of an unchanged trajectory changes (part of the quality
 # step's code version: the recording is written beside the quality report).
 VIEWER_VERSION = "viewer-2"
-
-
-@contextmanager
-def atomic_output(path: Path) -> Iterator[Path]:
-    """Yield a free sibling name of ``path`` that replaces ``path`` once the block succeeds.
-
-    Whatever the block writes there is created with the process's usual file mode (as
-    every other output); on error it is removed and ``path`` is left as it was.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def blueprint(videos: Sequence[str], plots: dict[str, list[str]]) -> rrb.Blueprint:
