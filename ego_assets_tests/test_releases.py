@@ -1,10 +1,11 @@
-"""Dataset releases: the spec, the selection over the catalog, versions, diff, WebDataset
-and robomimic-style HDF5 packing.
+"""Dataset releases: the spec, the selection over the catalog, versions, diff, and the
+WebDataset, robomimic-style HDF5 and packed LeRobot v3 formats.
 
 One module-scoped data root holds four real 2 s synthetic captures carried through the
-pipeline (raw, trajectory, quality gate), exported as EgoSmith shards and Holos HDF5 with
-their receipts, staged and built into the dbt catalog: two clean WebXR captures, one
-Vision Pro capture and a faulty WebXR one whose gate blocks its exports.
+pipeline (raw, trajectory, quality gate), exported as EgoSmith shards, Holos HDF5 and
+CERES LeRobot shards with their receipts, staged and built into the dbt catalog: two
+clean WebXR captures, one Vision Pro capture and a faulty WebXR one whose gate blocks
+its exports.
 """
 
 import io
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import webdataset as wds
 
@@ -24,12 +26,13 @@ from ego_assets import pipeline
 from ego_assets.catalog.sources import stage_rows
 from ego_assets.catalog.warehouse import catalog_database, run_dbt
 from ego_assets.cli import main
+from ego_assets.exports.ceres import CeresExporter
 from ego_assets.exports.egosmith import EgoSmithExporter, episode_path, stored_episode
 from ego_assets.exports.holos import HolosExporter
 from ego_assets.exports.run import export_capture
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions
 from ego_assets.pipeline import LINEAGE_FILE
-from ego_assets.releases.build import ReleaseError, build_release, read_manifest, versions
+from ego_assets.releases.build import build_release, read_manifest, versions
 from ego_assets.releases.manifest import diff_manifests, file_sha256
 from ego_assets.releases.select import SelectionError, select_episodes
 from ego_assets.releases.spec import SpecError, assign_split, load_spec, parse_spec
@@ -46,7 +49,7 @@ OPTIONS = EgoSmithOptions(shard_bytes=300_000)
 WEBXR_ONLY = """
 [release]
 licence = "CC-BY-4.0"
-formats = ["webdataset", "robomimic"]
+formats = ["webdataset", "robomimic", "lerobot"]
 [select]
 source_kinds = ["webxr"]
 [split]
@@ -70,7 +73,7 @@ def built_root(tmp_path_factory) -> Path:
         gate = pipeline.stored_gate(storage, key)
         assert gate is not None
         if gate.passed:
-            for exporter in (EgoSmithExporter(OPTIONS), HolosExporter()):
+            for exporter in (EgoSmithExporter(OPTIONS), HolosExporter(), CeresExporter()):
                 export_capture(
                     storage,
                     key,
@@ -409,9 +412,12 @@ def test_cli_build_and_refusals(root, capsys):
     _write_spec(root, "typo", WEBXR_ONLY.replace("source_kinds", "source_kind"))
     assert main(["release", "build", "typo", "--data", str(root)]) == 2
     assert "select.source_kind: unknown key" in capsys.readouterr().err
-    _write_spec(root, "hdf", WEBXR_ONLY.replace('"robomimic"', '"lerobot"'))
-    with pytest.raises(ReleaseError, match="cannot be packed yet"):
-        build_release(root, "hdf")
+    _write_spec(root, "hdf", WEBXR_ONLY.replace('"robomimic"', '"parquet"'))
+    assert main(["release", "build", "hdf", "--data", str(root)]) == 2
+    assert (
+        "release.formats: ['webdataset', 'parquet', 'lerobot']: give distinct formats among "
+        "['lerobot', 'robomimic', 'webdataset']"
+    ) in capsys.readouterr().err
     assert main(["release", "diff", "xr", "v1", "v7", "--data", str(root)]) == 2
     assert "no version v7 (versions: v1)" in capsys.readouterr().err
     assert sorted(p.name for p in (root / "releases").iterdir()) == [  # nothing else written
@@ -520,3 +526,102 @@ def test_robomimic_sequence_dataset_reads_each_split(root, tmp_path):
                     first_actions = src["data/demo_0/actions"][:5]
         assert got["len"] == samples  # one sequence per sample
         np.testing.assert_allclose(np.asarray(got["actions"]), first_actions, rtol=1e-6)
+
+
+# -- packed LeRobot v3 ------------------------------------------------------------------
+
+# LeRobotDataset over the episodes given (``episodes=`` filtering); prints JSON.
+LEROBOT_RECIPE = r"""
+import json, sys
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+root, episodes = sys.argv[1], json.loads(sys.argv[2])
+ds = LeRobotDataset("release/xr", root=root, episodes=episodes, video_backend="torchcodec")
+fps = ds.fps
+windowed = LeRobotDataset(
+    "release/xr", root=root, episodes=episodes, video_backend="torchcodec",
+    delta_timestamps={"action": [0.0, 1 / fps]},
+)
+items = [ds[i] for i in range(len(ds))]
+print(json.dumps({
+    "len": len(ds),
+    "num_episodes": ds.num_episodes,
+    "episode_index": sorted({int(i["episode_index"]) for i in items}),
+    "state0": items[0]["observation.state"].numpy().tolist(),
+    "last_action_is_pad": windowed[len(ds) - 1]["action_is_pad"].numpy().tolist(),
+}))
+"""
+
+
+def _lerobot_python() -> Path | None:
+    named = os.environ.get("EGO_LEROBOT_PYTHON")
+    if named:
+        return Path(named)
+    local = REPO / ".venv-lerobot" / "bin" / "python"
+    return local if local.exists() else None
+
+
+def test_lerobot_is_one_merged_dataset_with_contiguous_split_ranges(root, tmp_path):
+    _write_spec(root, "xr", WEBXR_ONLY)
+    result = build_release(root, "xr")
+    packed = result.manifest["formats"]["lerobot"]
+    splits = {e["capture_key"]: e["split"] for e in result.manifest["episodes"]}
+    order = ["train", "valid"]
+    want = sorted(splits, key=lambda k: (order.index(splits[k]), k))
+    assert packed["episodes"] == {k: i for i, k in enumerate(want)}
+    assert packed["excluded"] == []
+    dataset = result.path / "lerobot"
+    info = json.loads((dataset / "meta" / "info.json").read_text())
+    assert info["total_episodes"] == 2 and info["splits"] == packed["splits"]
+    for split, span in packed["splits"].items():
+        start, end = map(int, span.split(":"))
+        assert [want[i] for i in range(start, end)] == [k for k in want if splits[k] == split]
+    rows = pq.read_table(dataset / "data" / "chunk-000" / "file-000.parquet")
+    episodes = pq.read_table(
+        dataset / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
+    ).to_pylist()
+    for key, index in packed["episodes"].items():
+        shard = (
+            root
+            / result.manifest["episodes"][
+                [e["capture_key"] for e in result.manifest["episodes"]].index(key)
+            ]["exports"]["ceres_episode"]["path"]
+        )
+        source = pq.read_table(next(shard.glob("data/*/*.parquet")))
+        meta = episodes[index]
+        start, end = meta["dataset_from_index"], meta["dataset_to_index"]
+        assert end - start == source.num_rows == meta["length"]
+        merged = rows.slice(start, end - start)
+        assert (
+            merged.column("observation.state").to_pylist()
+            == source.column("observation.state").to_pylist()
+        )
+        assert set(merged.column("episode_index").to_pylist()) == {index}
+    total = sum(e["length"] for e in episodes)
+    assert info["total_frames"] == total == rows.num_rows
+
+    python = _lerobot_python()
+    if python is None:
+        pytest.skip("no lerobot environment (make lerobot-env)")
+    valid = list(range(*map(int, packed["splits"]["valid"].split(":"))))
+    run = subprocess.run(
+        [str(python), "-c", LEROBOT_RECIPE, str(dataset), json.dumps(valid)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "HF_HOME": str(tmp_path / "hf-home"),
+            "HF_LEROBOT_HOME": str(tmp_path / "lerobot-home"),
+        },
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    lengths = [episodes[i]["length"] for i in valid]
+    assert got["len"] == sum(lengths) and got["num_episodes"] == len(valid)
+    assert got["episode_index"] == valid
+    first = rows.column("observation.state")[episodes[valid[0]]["dataset_from_index"]]
+    np.testing.assert_allclose(got["state0"], first.as_py(), rtol=1e-6)
+    assert got["last_action_is_pad"] == [False, True]  # the window runs past the episode

@@ -16,6 +16,7 @@ from typing import Any
 
 from ego_assets.catalog.warehouse import catalog_database
 from ego_assets.formats.egosmith_webdataset import DEFAULT_SHARD_BYTES
+from ego_assets.releases.lerobot import pack_lerobot
 from ego_assets.releases.manifest import (
     MANIFEST_FILE,
     MANIFEST_FORMAT,
@@ -25,14 +26,13 @@ from ego_assets.releases.manifest import (
 )
 from ego_assets.releases.robomimic import pack_robomimic
 from ego_assets.releases.select import select_episodes
-from ego_assets.releases.spec import RELEASES_DIR, ReleaseSpec, load_spec, spec_path
+from ego_assets.releases.spec import RELEASES_DIR, load_spec, spec_path
 from ego_assets.releases.webdataset import pack_webdataset
 from ego_assets.storage import Storage
 from ego_assets.trajectory.store import atomic_directory, remove_leftovers
 
 RELEASE_WRITER_VERSION = "release-1"
 VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
-PACKED = ("webdataset", "robomimic")  # release formats this version packs
 
 
 class ReleaseError(ValueError):
@@ -79,15 +79,6 @@ def read_manifest(root: Path, name: str, version: int | str) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
-def _check_packable(spec: ReleaseSpec) -> None:
-    todo = [f for f in spec.formats if f not in PACKED]
-    if todo:
-        raise ReleaseError(
-            f"release {spec.name}: release.formats: {todo} cannot be packed yet "
-            f"(this version packs {list(PACKED)})"
-        )
-
-
 def build_release(
     data: str | Path,
     name: str,
@@ -105,14 +96,13 @@ def build_release(
 
     Raises:
         SpecError, SelectionError, ReleaseError: a bad spec, a failed query, nothing
-            selected, a format not packed yet, an S3 root; nothing is written then.
+            selected, an S3 root; nothing is written then.
     """
     storage = Storage(data)
     if not storage.is_local:
         raise ReleaseError(f"release {name}: only local data roots are supported for now")
     root = Path(storage.root.path)
     spec = load_spec(spec_file or spec_path(root, name), name)
-    _check_packable(spec)
     with catalog_database(storage, write=False) as database:
         selection = select_episodes(database, spec)
     if not selection.episodes:
@@ -149,6 +139,8 @@ def build_release(
                 formats["webdataset"] = {"index": "webdataset/index.json", **index["splits"]}
             if "robomimic" in spec.formats:
                 formats["robomimic"] = pack_robomimic(root, selection.episodes, splits, tmp)
+            if "lerobot" in spec.formats:
+                formats["lerobot"] = pack_lerobot(root, selection.episodes, splits, tmp, digest)
             manifest = {
                 "format": MANIFEST_FORMAT,
                 "version": number,

@@ -180,7 +180,9 @@ def parse_spec(data: Mapping[str, Any], name: str, where: str = "release spec") 
     formats = _strings(release.get("formats", ["webdataset"]), "release.formats", fail)
     bad = [f for f in formats if f not in known]
     if bad or not formats or len(set(formats)) != len(formats):
-        raise fail("release.formats", f"{formats!r}: give distinct formats among {known}")
+        raise fail(
+            "release.formats", f"{list(formats)!r}: give distinct formats among {sorted(known)}"
+        )
     return ReleaseSpec(
         name=name,
         licence=licence.strip(),
