@@ -96,13 +96,16 @@ def test_blocked_episode_is_a_failed_gate_check_not_a_failed_run(tmp_path, landi
         assert evaluation.description.startswith("quality: fail — export: blocked (")
         assert "hand:left/tracking_loss_ratio = 1 (fail > 0.5)" in evaluation.description
         assert evaluation.metadata["export"].value == "blocked"
-        assert evaluation.metadata["policy version"].value == 1
+        assert evaluation.metadata["policy version"].value == "1"  # a label, not plotted
+        fails = evaluation.metadata["fail (blocking unless waived)"].value
+        assert evaluation.metadata["metrics at fail"].value == len(fails) >= 1
         good = _run(tmp_path, landing, instance, partition_key="a-clean")
         assert good.success
         assert "downstream_export" in _materialized(good)
         (ok,) = good.get_asset_check_evaluations()
         assert ok.passed and ok.partition == "a-clean"
         assert ok.description == "quality: pass — export: allowed"
+        assert ok.metadata["metrics at fail"].value == 0
     assert (tmp_path / "exports" / "a-clean" / "export.txt").exists()
     assert not (tmp_path / "exports" / "b-lost").exists()
     gate = pipeline.stored_gate(Storage(tmp_path), "b-lost")

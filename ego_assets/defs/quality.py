@@ -119,7 +119,11 @@ def gate_check_result(key: str, gate: Gate | None) -> dg.AssetCheckResult:
         metadata={
             "export": gate.verdict,
             "quality": gate.status,
-            "policy version": gate.policy_version,
+            # numbers are what Dagster plots across partitions: the metrics at fail and
+            # at warn; the policy version is a label (text), not a series
+            "metrics at fail": len(fails),
+            "metrics at warn": len(warns),
+            "policy version": dg.MetadataValue.text(str(gate.policy_version)),
             "blocked exports": dg.MetadataValue.json(list(gate.blocked_exports)),
             "fail (blocking unless waived)": dg.MetadataValue.json(fails),
             "warn (never blocks)": dg.MetadataValue.json(warns),
