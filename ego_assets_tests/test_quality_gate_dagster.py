@@ -10,7 +10,7 @@ from ego_assets import pipeline
 from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
 from ego_assets.defs.ingest import raw_capture, trajectory
 from ego_assets.defs.partitions import captures_partitions
-from ego_assets.defs.quality import EXPORT_GATE_CHECK, quality_report
+from ego_assets.defs.quality import EXPORT_GATE_CHECK, GATE_TAG, quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.exports.run import require_export_gate
 from ego_assets.quality.waivers import add_waiver
@@ -97,6 +97,7 @@ def test_blocked_episode_is_a_failed_gate_check_not_a_failed_run(tmp_path, landi
         assert "hand:left/tracking_loss_ratio = 1 (fail > 0.5)" in evaluation.description
         assert evaluation.metadata["export"].value == "blocked"
         assert evaluation.metadata["policy version"].value == "1"  # a label, not plotted
+        assert instance.get_run_by_id(bad.run_id).tags[GATE_TAG] == "blocked"
         fails = evaluation.metadata["fail (blocking unless waived)"].value
         assert evaluation.metadata["metrics at fail"].value == len(fails) >= 1
         good = _run(tmp_path, landing, instance, partition_key="a-clean")
@@ -106,6 +107,7 @@ def test_blocked_episode_is_a_failed_gate_check_not_a_failed_run(tmp_path, landi
         assert ok.passed and ok.partition == "a-clean"
         assert ok.description == "quality: pass — export: allowed"
         assert ok.metadata["metrics at fail"].value == 0
+        assert instance.get_run_by_id(good.run_id).tags[GATE_TAG] == "allowed"
     assert (tmp_path / "exports" / "a-clean" / "export.txt").exists()
     assert not (tmp_path / "exports" / "b-lost").exists()
     gate = pipeline.stored_gate(Storage(tmp_path), "b-lost")

@@ -35,6 +35,7 @@ from ego_assets.storage import Storage
 from ego_assets.viewer.recording import RECORDING_FILE
 
 EXPORT_GATE_CHECK = "export_gate"
+GATE_TAG = "ego/gate"  # run tag: blocked when a capture of the run is blocked
 GX_CHECK = EXPORT_GATE_CHECK  # the gate carries the Great Expectations outcomes too
 # Significant digits of float metadata (the raw figures are in quality.json).
 METADATA_DIGITS = 4
@@ -167,6 +168,18 @@ def _report_per_partition(context: dg.AssetExecutionContext, gates: dict[str, Ga
         )
 
 
+def _tag_blocked_run(context: dg.AssetExecutionContext, gates: dict[str, Gate | None]) -> None:
+    """Tag the run ``ego/gate=blocked`` when a capture of it is blocked (``allowed`` when
+    none is), so the runs list tells a blocked capture's green run apart."""
+    blocked = any(gate is None or not gate.passed for gate in gates.values())
+    try:
+        context.instance.add_run_tags(
+            context.run_id, {GATE_TAG: "blocked" if blocked else "allowed"}
+        )
+    except Exception as exc:  # a tag is advisory: never fail the quality step for it
+        context.log.warning(f"run tag {GATE_TAG} not recorded: {exc}")
+
+
 @functools.cache  # one definition per set (the module-level one is set 0's)
 def build_quality_report(cs: CaptureSet) -> dg.AssetsDefinition:
     """Set ``cs``'s quality_report with its export gate check."""
@@ -209,6 +222,7 @@ def build_quality_report(cs: CaptureSet) -> dg.AssetsDefinition:
             _report_per_partition(context, gates)
         else:
             checks = [gate_check_result(key, gate) for key, gate in gates.items()]
+        _tag_blocked_run(context, gates)
         yield from materialize_result(
             context,
             results,
