@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import webdataset as wds
+import yaml
 
 from ego_assets import pipeline
 from ego_assets.catalog.sources import stage_rows
@@ -625,3 +626,56 @@ def test_lerobot_is_one_merged_dataset_with_contiguous_split_ranges(root, tmp_pa
     first = rows.column("observation.state")[episodes[valid[0]]["dataset_from_index"]]
     np.testing.assert_allclose(got["state0"], first.as_py(), rtol=1e-6)
     assert got["last_action_is_pad"] == [False, True]  # the window runs past the episode
+
+
+# -- dataset card -------------------------------------------------------------------------
+
+
+def test_dataset_card_front_matter_and_tables(root):
+    _write_spec(root, "xr", WEBXR_ONLY)
+    result = build_release(root, "xr")
+    text = (result.path / "README.md").read_text()
+    assert text.startswith("---\n")
+    front = yaml.safe_load(text.split("---\n")[1])
+    assert front["license"] == "cc-by-4.0"
+    assert front["size_categories"] == ["n<1K"]
+    assert front["task_categories"] == ["robotics"]
+    assert front["pretty_name"] == "xr v1"
+    assert {"lerobot", "robomimic", "webdataset"} <= set(front["tags"])
+    episodes = result.manifest["episodes"]
+    hours = sum(e["duration_s"] for e in episodes) / 3600
+    assert f"2 episodes, {hours:.3f} hours. Licence: CC-BY-4.0." in text
+    assert f"| demo-007 | 2 | {hours:.3f} |" in text  # both WebXR takes: one demonstrator
+    for split in ("train", "valid"):
+        n = sum(e["split"] == split for e in episodes)
+        if n:
+            s = sum(e["duration_s"] for e in episodes if e["split"] == split) / 3600
+            assert f"| {split} | {n} | {s:.3f} |" in text
+    verdicts = [e["gate"]["quality"] for e in episodes]
+    assert set(verdicts) <= {"pass", "warn"}
+    for verdict in set(verdicts):
+        assert f"| {verdict} | {verdicts.count(verdict)} |" in text
+    assert "Episodes let through by a waiver: 0." in text
+    card = next(f for f in result.manifest["files"] if f["path"] == "README.md")
+    assert card["sha256"] == file_sha256(result.path / "README.md")
+
+
+def test_card_licence_that_is_not_an_identifier_is_other():
+    from ego_assets.releases.card import front_matter, size_category
+
+    manifest = {
+        "licence": "internal use only",
+        "episodes": [],
+        "formats": {},
+        "release": "r",
+        "version": 2,
+    }
+    front = front_matter(manifest)
+    assert (front["license"], front["license_name"]) == ("other", "internal use only")
+    assert [size_category(n) for n in (0, 999, 1000, 99_999, 2_000_000)] == [
+        "n<1K",
+        "n<1K",
+        "1K<n<10K",
+        "10K<n<100K",
+        "n>1M",
+    ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from ego_assets.catalog.warehouse import catalog_database
 from ego_assets.formats.egosmith_webdataset import DEFAULT_SHARD_BYTES
+from ego_assets.releases.card import CARD_FILE, dataset_card
 from ego_assets.releases.lerobot import pack_lerobot
 from ego_assets.releases.manifest import (
     MANIFEST_FILE,
@@ -157,7 +158,8 @@ def build_release(
                     for s in splits
                 },
                 "formats": formats,
-                "files": file_records(tmp),
             }
+            (tmp / CARD_FILE).write_text(dataset_card(manifest), encoding="utf-8")
+            manifest["files"] = file_records(tmp)
             (tmp / MANIFEST_FILE).write_bytes(manifest_bytes(manifest))
     return BuildResult(number, target, True, manifest)
