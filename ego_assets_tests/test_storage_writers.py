@@ -180,3 +180,14 @@ def test_a_young_temporary_waits_for_the_grace_period(tmp_path):
     assert storage.sweep_leftovers() == []  # its writer may be about to lock it
     _age([young])
     assert storage.sweep_leftovers() == [young]
+
+
+def test_a_published_folder_is_0755_like_every_other_folder(tmp_path):
+    """An export, trajectory or quality folder is readable by the group and others, as the
+    stage folders around it are (the staging folder mkdtemp makes is 0700)."""
+    storage = Storage(tmp_path)
+    target = storage.export_path("holos_hdf5", "cap-1")
+    with storage.write_to(target) as tmp:
+        (tmp / "episode.h5").write_bytes(b"x")
+    assert (target.stat().st_mode & 0o777) == 0o755
+    assert (target.parent.stat().st_mode & 0o777) == 0o755

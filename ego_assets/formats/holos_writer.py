@@ -26,7 +26,7 @@ FORMAT_NAME = "holos_hdf5"
 CONVENTION_VERSION = "HolosCapture-1.0"
 CONVENTIONS = f"CF-1.11, {CONVENTION_VERSION}"
 # Code version of the exporter: bump exactly when the bytes for an unchanged input change.
-EXPORTER_VERSION = f"{FORMAT_NAME}-1+{CONVENTION_VERSION}"
+EXPORTER_VERSION = f"{FORMAT_NAME}-2+{CONVENTION_VERSION}"
 REFERENCES = "ego_assets docs/formats/holos-hdf5.md (Holos HDF5 export, HolosCapture-1.0)"
 ENV_NAME = "holos_capture"
 ENV_TYPE_NO_SIMULATOR = 99

@@ -40,6 +40,7 @@ STREAMS_DIR = "streams"
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionary": False}
 # `atomic_directory`'s hidden siblings of a target: ``.<name>.<random>.tmp`` while it is
 # written, ``.<name>.old-<pid>`` (the previous version) while it is swapped in.
+FOLDER_MODE = 0o755  # rwxr-xr-x: published stage folders are readable like any other
 STAGING_SUFFIX = ".tmp"
 OLD_MARK = ".old-"
 
@@ -144,6 +145,9 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     tmp = Path(
         tempfile.mkdtemp(prefix=f".{target.name}.", suffix=STAGING_SUFFIX, dir=target.parent)
     )
+    # mkdtemp makes the folder 0700; the published folder gets the usual 0755 like every
+    # other folder the platform writes (the umask still applies to the files inside it)
+    tmp.chmod(FOLDER_MODE)
     try:
         yield tmp
         old = None
