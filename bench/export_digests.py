@@ -145,6 +145,11 @@ def compare(result: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
     return lines
 
 
+# the suite's smoke size (ego_assets_tests/test_bench_smoke.py); the digest check itself is
+# ego_assets_tests/test_export_digests.py
+SMOKE_ARGS = ("--seconds", "2")
+
+
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = argparse.ArgumentParser(prog="python -m bench export_digests")
