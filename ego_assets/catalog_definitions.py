@@ -14,6 +14,7 @@ from typing import Any
 import dagster as dg
 
 from ego_assets.defs.aggregates import build_quality_catalog
+from ego_assets.defs.capture_location import build_assets, storage_from_env
 from ego_assets.defs.catalog import CATALOG_RESOURCES, catalog_assets
 from ego_assets.defs.ceres import build_ceres_dataset
 from ego_assets.defs.egosmith import build_egosmith_dataset
@@ -46,8 +47,6 @@ def build_catalog_defs(
 @dg.definitions
 def defs() -> dg.Definitions:
     """Storage and capture sets from the same environment as the capture location."""
-    from ego_assets.definitions import build_assets, storage_from_env
-
     n = configured_sets()
     per_capture, _ = build_assets(n)
     return build_catalog_defs(storage_from_env(os.environ), n, per_capture)

@@ -10,22 +10,15 @@ into one `Definitions` unless asked for the capture part only.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
 
 import dagster as dg
 
 from ego_assets.defs.automation import build_stale_code_sensor
-from ego_assets.defs.ceres import build_ceres_episode
-from ego_assets.defs.egosmith import build_egosmith_shards
+from ego_assets.defs.capture_location import build_assets, storage_from_env
 from ego_assets.defs.episodes import apply_run_worker_env
 from ego_assets.defs.executors import executor_from_env
-from ego_assets.defs.exports import build_export_jobs
-from ego_assets.defs.holos import build_holos_hdf5
 from ego_assets.defs.imports import ImportSource, build_import_sensor, import_sources_from_env
-from ego_assets.defs.ingest import build_raw_capture, build_trajectory
-from ego_assets.defs.partitions import CaptureSet, all_sets, configured_sets
-from ego_assets.defs.quality import build_quality_report
+from ego_assets.defs.partitions import all_sets, configured_sets
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.sensors import (
     DEFAULT_SENSOR_INTERVAL_S,
@@ -33,36 +26,6 @@ from ego_assets.defs.sensors import (
     build_landing_sensor,
     sensor_interval_s,
 )
-from ego_assets.exports import registry
-
-
-def per_capture_assets(cs: CaptureSet) -> list[dg.AssetsDefinition]:
-    """One capture set's per-capture assets, in pipeline order (exporters last)."""
-    return [
-        build_raw_capture(cs),
-        build_trajectory(cs),
-        build_quality_report(cs),
-        build_holos_hdf5(cs),
-        build_egosmith_shards(cs),
-        build_ceres_episode(cs),
-    ]
-
-
-def _exporters(assets: list[dg.AssetsDefinition]) -> list[dg.AssetsDefinition]:
-    """One set's exporter assets, in registry order."""
-    by_name = {a.key.path[-1]: a for a in assets}
-    return [by_name[name] for name in registry.names()]
-
-
-def build_assets(sets: int) -> tuple[list[Any], list[dg.UnresolvedAssetJobDefinition]]:
-    """Every per-capture asset of a code location with ``sets`` capture sets, and its
-    export jobs (one ``export_<format>`` job per exporter and set)."""
-    per_set = {cs: per_capture_assets(cs) for cs in all_sets(sets)}
-    assets: list[Any] = [a for set_assets in per_set.values() for a in set_assets]
-    # One on-demand job per exporter (launched by the export API, `ego_assets.api`).
-    export_jobs = [j for a in per_set.values() for j in build_export_jobs(_exporters(a))]
-    return assets, export_jobs
-
 
 # The layout of ``EGO_CAPTURE_SETS`` (read once, at load).
 ASSETS, EXPORT_JOBS = build_assets(configured_sets())
@@ -106,15 +69,6 @@ def build_defs(
     from ego_assets.catalog_definitions import build_catalog_defs  # dbt: only when asked
 
     return dg.Definitions.merge(capture, build_catalog_defs(storage, n, assets))
-
-
-def storage_from_env(environ: Mapping[str, str]) -> StorageResource:
-    """Storage from ``EGO_DATA_DIR`` / ``EGO_LANDING_DIR`` / ``EGO_S3_ENDPOINT_URL``."""
-    return StorageResource(
-        root=environ.get("EGO_DATA_DIR", "data"),
-        landing=environ.get("EGO_LANDING_DIR") or None,
-        endpoint_url=environ.get("EGO_S3_ENDPOINT_URL") or None,
-    )
 
 
 @dg.definitions
