@@ -31,10 +31,11 @@ from ego_assets.exports.ceres import CeresExporter
 from ego_assets.exports.egosmith import EgoSmithExporter, episode_path, stored_episode
 from ego_assets.exports.holos import HolosExporter
 from ego_assets.exports.run import export_capture
+from ego_assets.fileio import file_sha256
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions
 from ego_assets.pipeline import LINEAGE_FILE
 from ego_assets.releases.build import build_release, read_manifest, versions
-from ego_assets.releases.manifest import diff_manifests, file_sha256
+from ego_assets.releases.manifest import diff_manifests
 from ego_assets.releases.select import SelectionError, select_episodes
 from ego_assets.releases.spec import SpecError, assign_split, load_spec, parse_spec
 from ego_assets.storage import Storage

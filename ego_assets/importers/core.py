@@ -39,7 +39,7 @@ from ego_assets.capture import read_capture
 from ego_assets.capture.files import MARKER_FILE, MARKER_FORMAT, MARKER_VERSION
 from ego_assets.capture.provenance import PROVENANCE_FILE, PROVENANCE_FORMAT, PROVENANCE_VERSION
 from ego_assets.errors import CaptureFormatError
-from ego_assets.fileio import write_file_atomic
+from ego_assets.fileio import file_sha256, write_file_atomic
 from ego_assets.importers.listing import iter_after
 from ego_assets.keys import MAX_KEY_LENGTH, validate_capture_key
 from ego_assets.storage import RAW_MANIFEST_FILE, Storage, is_local, upload_tree
@@ -434,12 +434,8 @@ def _derived(importer: Importer, episode: SourceEpisode, staging: Path) -> list[
         raise importer.error(episode.original_path, episode.original_path, str(exc)) from None
     entries = []
     for rel, (original, how) in sorted(made.items()):
-        digest = hashlib.sha256()
-        with (staging / rel).open("rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                digest.update(chunk)
         entry = {"path": rel, "original": original, "bytes": (staging / rel).stat().st_size}
-        entry["sha256"] = digest.hexdigest()
+        entry["sha256"] = file_sha256(staging / rel)
         if how:
             entry["derived"] = how
         entries.append(entry)

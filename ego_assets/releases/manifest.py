@@ -14,9 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ego_assets.fileio import file_sha256
+
 MANIFEST_FILE = "release.json"
 MANIFEST_FORMAT = "ego-assets-release"
-CHUNK = 1 << 20
 
 
 def canonical(value: Any) -> bytes:
@@ -27,15 +28,6 @@ def canonical(value: Any) -> bytes:
 def inputs_sha256(inputs: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of a build's inputs."""
     return hashlib.sha256(canonical(inputs)).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of one file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def file_records(folder: Path) -> list[dict[str, Any]]:
