@@ -16,8 +16,7 @@ import dagster as dg
 from ego_assets.defs.aggregates import build_quality_catalog
 from ego_assets.defs.capture_location import build_assets, storage_from_env
 from ego_assets.defs.catalog import CATALOG_RESOURCES, catalog_assets
-from ego_assets.defs.ceres import build_ceres_dataset
-from ego_assets.defs.egosmith import build_egosmith_dataset
+from ego_assets.defs.datasets import build_ceres_dataset, build_egosmith_dataset
 from ego_assets.defs.partitions import all_sets, configured_sets
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.schedules import aggregates_job, nightly_aggregates

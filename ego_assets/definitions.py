@@ -27,8 +27,8 @@ from ego_assets.defs.sensors import (
     sensor_interval_s,
 )
 
-# The layout of ``EGO_CAPTURE_SETS`` (read once, at load).
-ASSETS, EXPORT_JOBS = build_assets(configured_sets())
+# The per-capture assets of ``EGO_CAPTURE_SETS`` (read once, at load).
+ASSETS, _ = build_assets(configured_sets())
 
 # read by Dagster in whichever process executes a run (see RUN_WORKER_ENV)
 apply_run_worker_env(os.environ)
@@ -48,10 +48,11 @@ def build_defs(
     the catalog code location's (`ego_assets.catalog_definitions`: the whole workspace
     in one process, as the demo runs it)."""
     n = configured_sets() if sets is None else sets
-    assets, export_jobs = (ASSETS, EXPORT_JOBS) if n == configured_sets() else build_assets(n)
-    # Without a deployment executor, capture runs execute their steps in the run worker:
-    # the multiprocess default would load the code location again for every step.
+    # Without a deployment executor, capture and export runs execute their steps in the
+    # run worker: the multiprocess default would load the code location again for every
+    # step. The builders are cached per set and format, so this costs little per call.
     capture_executor = dg.in_process_executor if executor is None else None
+    assets, export_jobs = build_assets(n, capture_executor)
     capture_jobs = [build_capture_job(cs, capture_executor) for cs in all_sets(n)]
     capture = dg.Definitions(
         assets=assets,

@@ -14,18 +14,23 @@ import pytest
 
 from ego_assets import pipeline
 from ego_assets.catalog.receipts import folder_digest, read_receipt
-from ego_assets.defs.ceres import ceres_dataset, ceres_episode
+from ego_assets.defs.datasets import ceres_dataset
+from ego_assets.defs.export_assets import build_export_asset
 from ego_assets.defs.ingest import raw_capture, trajectory
+from ego_assets.defs.partitions import SET0
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.exports import ceres as ceres_export
 from ego_assets.exports.episode_index import EpisodeIndexRegistry
+from ego_assets.exports.registry import CERES
 from ego_assets.exports.run import run_export
 from ego_assets.formats.ceres_lerobot import CAMERA_KEY
 from ego_assets.quality.gate import ExportBlockedError
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets_tests.ceres_helpers import data_rows
+
+ceres_episode = build_export_asset(SET0, CERES)
 
 # (key, kind, seed, faults): two clean WebXR captures, an iPhone one, one the gate blocks
 CAPTURES = (

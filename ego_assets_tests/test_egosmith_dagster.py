@@ -9,16 +9,21 @@ import pytest
 from ego_assets import pipeline
 from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.receipts import read_receipt
+from ego_assets.defs.datasets import egosmith_dataset
 from ego_assets.defs.demo import aria_fixture_dir
-from ego_assets.defs.egosmith import egosmith_dataset, egosmith_shards
+from ego_assets.defs.export_assets import build_export_asset
 from ego_assets.defs.ingest import raw_capture, trajectory
+from ego_assets.defs.partitions import SET0
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.exports.episode_index import EpisodeIndexRegistry
+from ego_assets.exports.registry import EGOSMITH
 from ego_assets.formats.egosmith_reader import validate_path
 from ego_assets.quality.waivers import add_waiver
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+
+egosmith_shards = build_export_asset(SET0, EGOSMITH)
 
 PER_EPISODE = [raw_capture, trajectory, quality_report, egosmith_shards]
 CONFIG = {"shard_bytes": 500_000, "val_fraction": 0.5}

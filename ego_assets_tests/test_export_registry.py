@@ -1,16 +1,22 @@
 """A fourth export format is one writer plus one registry entry (docs/architecture.md).
 
 The toy format below lives in this test only: `ToyExporter` writes one CSV of the
-trajectory's streams (name, rows), and `TOY` is its registry entry. Added to the
-registry, it reaches the export step (gate, receipt), the API routes, the page's
-columns, the export policy and the catalog's staging without any other change.
+trajectory's streams (name, rows; with its option ``header`` off, without the header
+line), and `TOY` is its registry entry. Added to the registry, it reaches the export
+step (gate, receipt), the Dagster definitions (its asset with that option as config, its
+export job, one partition materialized), the API routes, the page's columns, the export
+policy and the catalog's staging without any other change.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
+import dagster as dg
 import duckdb
 import pytest
 from upath import UPath
@@ -21,9 +27,11 @@ from ego_assets.api.page import render_page
 from ego_assets.api.routes.exports import export_router
 from ego_assets.catalog.receipts import read_receipt
 from ego_assets.catalog.sources import SCHEMA, sources, stage_rows
-from ego_assets.defs.exports import exporter_code_versions
+from ego_assets.definitions import build_defs
+from ego_assets.defs.exports import EXPORT_TAG, exporter_code_versions
+from ego_assets.defs.resources import StorageResource
 from ego_assets.exports import registry
-from ego_assets.exports.registry import ExportFormat
+from ego_assets.exports.registry import ExportFormat, ExportOption
 from ego_assets.exports.run import Written, run_export
 from ego_assets.quality.gate import ExportBlockedError
 from ego_assets.quality.policy import Policy, default_policy
@@ -38,10 +46,14 @@ TOY = ExportFormat(
     label="Toy CSV",
     policy_key="toy",
     version_of=f"{__name__}:TOY_VERSION",
+    exporter_of=f"{__name__}:ToyExporter",
     folder="toy",
     receipt_layout="file",
     receipt_path="exports/toy/{key}/{key}.csv",
     needs="any streams",
+    description="One CSV per capture: each stream's name and row count.",
+    storage_kind="csv",
+    step_resources=("250m", "256Mi"),
 )
 
 
@@ -49,9 +61,18 @@ TOY = ExportFormat(
 class ToyExporter:
     """``exports/toy/<key>/<key>.csv``: one line per stream (name, rows)."""
 
+    header: bool = True
     format: ExportFormat = TOY
     index_file: str = "done.txt"
     uses_episode_index: bool = False
+
+    OPTIONS: ClassVar[tuple[ExportOption, ...]] = (
+        ExportOption("header", True, "write the header line"),
+    )
+
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any]) -> ToyExporter:
+        return cls(header=bool(values["header"]))
 
     def target(self, storage: Storage, key: str) -> UPath:
         return storage.export_path(TOY.folder, key)
@@ -59,7 +80,7 @@ class ToyExporter:
     def data_version(
         self, storage: Storage, key: str, gate_version: str | None, episode_index: int
     ) -> str:
-        return f"{TOY_VERSION}:{gate_version}"
+        return f"{TOY_VERSION}:{int(self.header)}:{gate_version}"
 
     def stored(self, storage: Storage, key: str) -> str | None:
         done = self.target(storage, key) / self.index_file
@@ -80,12 +101,16 @@ class ToyExporter:
         with storage.read_dir(storage.stage_path("trajectory", key)) as folder:
             trajectory = read_trajectory(folder)
         lines = [f"{s.name},{len(s)}" for s in trajectory.streams]
-        (stage / f"{key}.csv").write_text("\n".join(["stream,rows", *lines]) + "\n")
+        header = ["stream,rows"] if self.header else []
+        (stage / f"{key}.csv").write_text("\n".join([*header, *lines]) + "\n")
         (stage / self.index_file).write_text(version)
         return Written(version, f"{key}.csv")
 
     def figures(self, storage: Storage, key: str, record: str) -> dict[str, float | int | str]:
         return {"version": record}
+
+    def details(self, storage: Storage, key: str) -> dict[str, Any]:
+        return {"file": self.target(storage, key) / f"{key}.csv"}
 
 
 @pytest.fixture
@@ -180,3 +205,45 @@ def test_the_toy_format_reaches_the_catalog_staging(with_toy: None, assessed: St
     assert rows == [("toy-ok", "toy_csv", TOY_VERSION)]
     assert formats["toy_csv"] == TOY_VERSION
     assert "toy_csv" in blocked["toy-bad"] and "toy_csv" not in blocked["toy-ok"]
+
+
+def test_the_toy_format_reaches_the_dagster_definitions(with_toy: None, assessed: Storage):
+    """Its asset (key, config, kinds, resources), its export job, and one partition
+    materialized in-process by that job: the CSV without its header (the option), the
+    partition's metadata; the blocked capture runs and materializes nothing."""
+    defs = build_defs(StorageResource(root=str(assessed.root)), sets=2, catalog=False)
+    for key in (dg.AssetKey("toy_csv"), dg.AssetKey(["s001", "toy_csv"])):
+        asset = defs.resolve_assets_def(key)
+        spec = asset.specs_by_key[key]
+        assert (spec.code_version, spec.kinds) == (TOY_VERSION, {"python", "csv"})
+        pod = json.loads(asset.op.tags["dagster-k8s/config"])  # Dagster stores tags as text
+        assert pod["container_config"]["resources"] == {
+            "requests": {"cpu": "250m", "memory": "256Mi"},
+            "limits": {"memory": "256Mi"},
+        }
+    fields = defs.resolve_assets_def("toy_csv").op.config_schema.as_field().config_type.fields
+    assert (sorted(fields), fields["header"].default_value) == (["force", "header"], True)
+    job = defs.resolve_job_def("export_toy_csv")
+    assert job.tags[EXPORT_TAG] == "toy_csv" and job.executor_def is dg.in_process_executor
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("captures", ["toy-ok", "toy-bad"])
+        config = {"ops": {"toy_csv": {"config": {"header": False}}}}
+        run = job.execute_in_process(partition_key="toy-ok", instance=instance, run_config=config)
+        assert run.success
+        csv = Path(assessed.export_path("toy", "toy-ok").path) / "toy-ok.csv"
+        rows = csv.read_text().splitlines()
+        assert rows[0] != "stream,rows" and any(r.startswith("head,") for r in rows)
+        materialization = instance.get_latest_materialization_event(dg.AssetKey("toy_csv"))
+        assert materialization is not None
+        assert materialization.asset_materialization.partition == "toy-ok"
+        metadata = materialization.asset_materialization.metadata
+        gate = pipeline.stored_gate(assessed, "toy-ok")
+        assert gate is not None
+        assert metadata["version"].value == f"{TOY_VERSION}:0:{gate.data_version}"
+        assert metadata["file"] == dg.MetadataValue.path(str(csv))
+        assert metadata["reused"].value is False
+
+        blocked = job.execute_in_process(partition_key="toy-bad", instance=instance)
+        assert blocked.success
+        assert not blocked.asset_materializations_for_node("toy_csv")
+        assert not Path(assessed.export_path("toy", "toy-bad").path).exists()

@@ -14,15 +14,19 @@ from dagster._core.loader import LoadingContextForTest
 
 from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.receipts import read_receipt
-from ego_assets.defs.holos import holos_hdf5
+from ego_assets.defs.export_assets import build_export_asset
 from ego_assets.defs.ingest import raw_capture, trajectory
+from ego_assets.defs.partitions import SET0
 from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.exports import holos as holos_export
+from ego_assets.exports.registry import HOLOS
 from ego_assets.formats.holos_hdf5_validate import validate_file
 from ego_assets.formats.holos_writer import EXPORTER_VERSION
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+
+holos_hdf5 = build_export_asset(SET0, HOLOS)
 
 ASSETS = [raw_capture, trajectory, quality_report, holos_hdf5]
 RANGE_START = "dagster/asset_partition_range_start"

@@ -12,15 +12,12 @@ from typing import Any
 
 import dagster as dg
 
-from ego_assets.defs.ceres import build_ceres_episode
-from ego_assets.defs.egosmith import build_egosmith_shards
+from ego_assets.defs.export_assets import build_export_assets
 from ego_assets.defs.exports import build_export_jobs
-from ego_assets.defs.holos import build_holos_hdf5
 from ego_assets.defs.ingest import build_raw_capture, build_trajectory
 from ego_assets.defs.partitions import CaptureSet, all_sets
 from ego_assets.defs.quality import build_quality_report
 from ego_assets.defs.resources import StorageResource
-from ego_assets.exports import registry
 
 
 def per_capture_assets(cs: CaptureSet) -> list[dg.AssetsDefinition]:
@@ -29,25 +26,23 @@ def per_capture_assets(cs: CaptureSet) -> list[dg.AssetsDefinition]:
         build_raw_capture(cs),
         build_trajectory(cs),
         build_quality_report(cs),
-        build_holos_hdf5(cs),
-        build_egosmith_shards(cs),
-        build_ceres_episode(cs),
+        *build_export_assets(cs),
     ]
 
 
-def _exporters(assets: list[dg.AssetsDefinition]) -> list[dg.AssetsDefinition]:
-    """One set's exporter assets, in registry order."""
-    by_name = {a.key.path[-1]: a for a in assets}
-    return [by_name[name] for name in registry.names()]
-
-
-def build_assets(sets: int) -> tuple[list[Any], list[dg.UnresolvedAssetJobDefinition]]:
-    """Every per-capture asset of a code location with ``sets`` capture sets, and its
-    export jobs (one ``export_<format>`` job per exporter and set)."""
-    per_set = {cs: per_capture_assets(cs) for cs in all_sets(sets)}
-    assets: list[Any] = [a for set_assets in per_set.values() for a in set_assets]
+def build_assets(
+    sets: int, export_executor: dg.ExecutorDefinition | None = None
+) -> tuple[list[Any], list[dg.UnresolvedAssetJobDefinition]]:
+    """Every per-capture asset of a code location with ``sets`` capture sets (the
+    formats registered now), and its export jobs (one ``export_<format>`` job per exporter
+    and set, on ``export_executor``; None: the code location's)."""
+    assets: list[Any] = [a for cs in all_sets(sets) for a in per_capture_assets(cs)]
     # One on-demand job per exporter (launched by the export API, `ego_assets.api`).
-    export_jobs = [j for a in per_set.values() for j in build_export_jobs(_exporters(a))]
+    export_jobs = [
+        job
+        for cs in all_sets(sets)
+        for job in build_export_jobs(build_export_assets(cs), export_executor)
+    ]
     return assets, export_jobs
 
 

@@ -43,7 +43,6 @@ from ego_assets.catalog.cli import run_catalog
 from ego_assets.catalog.warehouse import published_problem
 from ego_assets.dagster_compat import instance_at
 from ego_assets.definitions import build_defs
-from ego_assets.defs.egosmith import egosmith_rows
 from ego_assets.defs.partitions import CAPTURE_JOB, all_sets
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.runs import (
@@ -64,6 +63,7 @@ from ego_assets.demo_report import (
     wrap,
 )
 from ego_assets.exports.ceres import dataset_location as ceres_dataset_location
+from ego_assets.exports.egosmith import egosmith_rows
 from ego_assets.fixtures import real_fixture
 from ego_assets.landing import skipped_entries
 from ego_assets.quality.waivers import add_waiver, read_waivers

@@ -2,7 +2,9 @@
 the capture -> (asset, partition) mapping, and the exporters' progress as run tags.
 
 * ``export_<format>`` jobs select the exporter asset and its per-capture upstream
-  (raw copy, trajectory, quality report). Those steps reuse their stored results when the
+  (raw copy, trajectory, quality report), and run their steps in the run worker's
+  process (unless ``EGO_EXECUTOR`` names an executor): one capture's export pays no
+  process per step. Those steps reuse their stored results when the
   capture is unchanged (content hashes), so a run costs little more than the export
   itself; after an edited capture they bring the trajectory and gate up to date first.
   Runs carry ``ego/export=<format>`` and the partition tag, which is how the API finds
@@ -74,10 +76,12 @@ def export_target(capture_id: str, export_format: str, sets: int | None = None) 
 
 
 def build_export_jobs(
-    exporters: list[dg.AssetsDefinition],
+    exporters: list[dg.AssetsDefinition], executor_def: dg.ExecutorDefinition | None = None
 ) -> list[dg.UnresolvedAssetJobDefinition]:
     """One ``export_<format>`` job per exporter asset (the asset plus its upstream), named
-    after the asset's capture set (``export_holos_hdf5_s001``)."""
+    after the asset's capture set (``export_holos_hdf5_s001``), on ``executor_def`` (None:
+    the code location's; `build_defs` passes the in-process executor unless
+    ``EGO_EXECUTOR`` names one, as for ``capture_job``)."""
     jobs = []
     for asset in exporters:
         partitions_def = asset.partitions_def
@@ -90,6 +94,7 @@ def build_export_jobs(
                 capture_set.job_name(export_job_name(export_format)),
                 selection=dg.AssetSelection.assets(asset).upstream(),
                 partitions_def=partitions_def,
+                executor_def=executor_def,
                 tags={EXPORT_TAG: export_format},
                 description=(
                     f"One capture's {export_format} export on demand (the export API): the "

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from upath import UPath
 
-from ego_assets.exports.registry import CERES, ExportFormat
+from ego_assets.exports.registry import CERES, ExportFormat, ExportOption
 from ego_assets.exports.run import Written
 from ego_assets.formats.ceres_lerobot import CODE_VERSION, FORMAT_NAME, shard_name, write_shard
 from ego_assets.formats.ceres_merge import MERGE_FILE, MERGE_VERSION, merge_shards
@@ -60,6 +61,15 @@ class CeresExporter:
     format: ExportFormat = CERES
     index_file: str = LINEAGE_FILE
     uses_episode_index: bool = True
+
+    OPTIONS: ClassVar[tuple[ExportOption, ...]] = ()
+
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any]) -> CeresExporter:
+        return cls()
+
+    def details(self, storage: Storage, key: str) -> dict[str, Any]:
+        return {}
 
     def target(self, storage: Storage, key: str) -> UPath:
         return export_root(storage, key)

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from upath import UPath
 
-from ego_assets.exports.registry import EGOSMITH, ExportFormat
+from ego_assets.exports.registry import EGOSMITH, ExportFormat, ExportOption
 from ego_assets.exports.run import WHOLE_FOLDER, Written
 from ego_assets.formats import egosmith_constants
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
@@ -46,6 +46,7 @@ from ego_assets.trajectory.store import read_trajectory
 EPISODES_FORMAT = "egosmith"
 DATASET_FOLDER = "egosmith-dataset"
 SPLITS = ("train", "val")
+_DEFAULTS = EgoSmithOptions()
 
 
 def episode_path(storage: Storage, key: str) -> UPath:
@@ -103,6 +104,24 @@ class EgoSmithExporter:
     format: ExportFormat = EGOSMITH
     index_file: str = EPISODE_FILE
     uses_episode_index: bool = True
+
+    # `EgoSmithOptions`, field by field (also the packing asset's config)
+    OPTIONS: ClassVar[tuple[ExportOption, ...]] = (
+        ExportOption(
+            "dataset_name", _DEFAULTS.dataset_name, "sample key prefix; empty: the capture's"
+        ),
+        ExportOption("shard_bytes", _DEFAULTS.shard_bytes, "target shard size"),
+        ExportOption("jpeg_quality", _DEFAULTS.jpeg_quality, "1-100"),
+        ExportOption("export_depth", _DEFAULTS.export_depth, "write depth.npy when there is depth"),
+        ExportOption("val_fraction", _DEFAULTS.val_fraction, "share of episodes in the val split"),
+    )
+
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any]) -> EgoSmithExporter:
+        return cls(EgoSmithOptions(**{option.name: values[option.name] for option in cls.OPTIONS}))
+
+    def details(self, storage: Storage, key: str) -> dict[str, Any]:
+        return {}
 
     def target(self, storage: Storage, key: str) -> UPath:
         return episode_path(storage, key)
@@ -345,3 +364,27 @@ def pack_dataset(storage: Storage, options: EgoSmithOptions | None = None) -> Pa
         }
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return PackResult(manifest, False)
+
+
+def egosmith_rows(storage: Storage, keys: Sequence[str]) -> list[tuple[str, ...]]:
+    """Table rows for `make demo` beside the receipts: skipped captures, the packed dataset."""
+    rows: list[tuple[str, ...]] = [("egosmith", "")]
+    for key in sorted(keys):
+        summary = stored_episode(storage, key)
+        if summary is not None and summary.status == "skipped":
+            rows.append((key, f"skipped: {summary.reason}"))
+    manifest = dataset_path(storage) / MANIFEST_FILE
+    if manifest.exists():
+        packed = json.loads(manifest.read_text())
+        splits = packed["splits"]
+        rows.append(
+            (
+                "packed dataset",
+                f"{len(packed['shards'])} shards, {packed['samples']} samples, "
+                f"{splits['train']['episodes']} train / {splits['val']['episodes']} val "
+                f"episodes: {dataset_path(storage).path}",
+            )
+        )
+    else:
+        rows.append(("packed dataset", "not packed yet"))
+    return rows

@@ -18,13 +18,14 @@ fresh file; an unchanged one is reused after reading only the notes.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from upath import UPath
 
-from ego_assets.exports.registry import HOLOS, ExportFormat
+from ego_assets.exports.registry import HOLOS, ExportFormat, ExportOption
 from ego_assets.exports.run import Written
 from ego_assets.formats.holos_hdf5 import write_file
 from ego_assets.formats.holos_writer import EXPORTER_VERSION
@@ -66,6 +67,18 @@ class HolosExporter:
     format: ExportFormat = HOLOS
     index_file: str = NOTES_FILE
     uses_episode_index: bool = False
+
+    OPTIONS: ClassVar[tuple[ExportOption, ...]] = (
+        ExportOption(
+            "decode_frames",
+            False,
+            "also write decoded video frames (uint8, one per chunk) and frame indices",
+        ),
+    )
+
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any]) -> HolosExporter:
+        return cls(decode_frames=bool(values["decode_frames"]))
 
     def target(self, storage: Storage, key: str) -> UPath:
         return export_dir(storage, key)
@@ -115,4 +128,13 @@ class HolosExporter:
             "master_clock": str(record["master_clock"]),
             "skipped": len(record["skipped"]),
             "extras": len(record["extras"]),
+        }
+
+    def details(self, storage: Storage, key: str) -> dict[str, Any]:
+        """The file, what was skipped and what was embedded verbatim (the notes)."""
+        notes = stored_notes(storage, key) or {}
+        return {
+            "file": export_dir(storage, key) / file_name(key),
+            "skipped_items": notes.get("skipped", []),
+            "embedded_files": notes.get("extras", []),
         }

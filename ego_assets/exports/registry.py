@@ -21,17 +21,43 @@ field              example               used by
 =================  ====================  =============================================
 
 No Dagster, no storage and no writer is imported here: an entry names where its code
-version is defined (``version_of``, ``"module:ATTRIBUTE"``) and `ExportFormat.code_version`
-imports that module on first use, so the CLI, the policy and the API start without
-loading h5py, PyAV or pandas.
+version and its exporter are defined (``version_of``, ``exporter_of``:
+``"module:ATTRIBUTE"``) and `ExportFormat.code_version` / `ExportFormat.exporter_class`
+import that module on first use, so the CLI, the policy and the API start without
+loading h5py, PyAV or pandas. The Dagster layer builds each format's asset from its
+entry (`ego_assets.defs.export_assets`): key, kinds, step resources, and the Dagster
+config from the exporter class's `ExportOption`s.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import Any
 
 RECEIPT_LAYOUTS = ("file", "folder")
+
+
+@dataclass(frozen=True, slots=True)
+class ExportOption:
+    """One option of an exporter (a field of its Dagster asset's run config).
+
+    Attributes:
+        name: the config field and the keyword the exporter class reads.
+        default: the value when a run does not set it; its type (bool, int, float or
+            str) is the field's type.
+        description: one line for the Dagster launchpad.
+    """
+
+    name: str
+    default: bool | int | float | str
+    description: str
+
+
+def _attribute(where: str) -> Any:
+    """The attribute named by ``"module:ATTRIBUTE"`` (its module imported on first use)."""
+    module, _, attribute = where.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +71,8 @@ class ExportFormat:
         policy_key: the export's name in the export policy.
         version_of: ``"module:ATTRIBUTE"`` holding the writer's code version
             (`code_version`).
+        exporter_of: ``"module:CLASS"`` of the format's exporter
+            (`ego_assets.exports.run.Exporter`; `exporter_class`).
         folder: ``exports/<folder>/<capture key>/`` holds one capture's export.
         receipt_layout: ``file`` (the receipt's ``path`` is one file, digested whole)
             or ``folder`` (a folder, digested by `catalog.receipts.folder_digest`).
@@ -53,6 +81,9 @@ class ExportFormat:
         needs: what the writer needs from the canonical trajectory.
         options: export options the API passes through besides ``force`` (booleans).
         description: one line for the Dagster asset and the docs.
+        storage_kind: what the export is stored as (a Dagster kind beside ``python``).
+        step_resources: CPU and memory (Kubernetes quantities) one export step of a
+            chunk of 10-minute episodes needs; the step's pod requests them.
     """
 
     name: str
@@ -60,12 +91,15 @@ class ExportFormat:
     label: str
     policy_key: str
     version_of: str
+    exporter_of: str
     folder: str
     receipt_layout: str
     receipt_path: str
     needs: str
     options: tuple[str, ...] = ()
     description: str = ""
+    storage_kind: str = "files"
+    step_resources: tuple[str, str] = ("1", "2Gi")
 
     def __post_init__(self) -> None:
         if self.receipt_layout not in RECEIPT_LAYOUTS:
@@ -77,8 +111,12 @@ class ExportFormat:
     def code_version(self) -> str:
         """The writer's code version: the asset's Dagster code version and the receipts'
         ``code_version`` (bumped exactly when the bytes for an unchanged input change)."""
-        module, _, attribute = self.version_of.partition(":")
-        return str(getattr(importlib.import_module(module), attribute))
+        return str(_attribute(self.version_of))
+
+    def exporter_class(self) -> Any:
+        """The exporter class (``exporter_of``): ``exporter_class().from_options(values)``
+        builds an exporter from its `ExportOption` values."""
+        return _attribute(self.exporter_of)
 
 
 HOLOS = ExportFormat(
@@ -87,6 +125,7 @@ HOLOS = ExportFormat(
     label="HDF5",
     policy_key="robomimic",
     version_of="ego_assets.formats.holos_writer:EXPORTER_VERSION",
+    exporter_of="ego_assets.exports.holos:HolosExporter",
     folder="holos_hdf5",
     receipt_layout="file",
     receipt_path="exports/holos_hdf5/{key}/{key}.h5",
@@ -96,6 +135,9 @@ HOLOS = ExportFormat(
         "Holos HDF5 (HolosCapture-1.0): one self-contained .h5 per episode in robomimic's "
         "layout with CF-1.11 attributes, every raw stream and the media embedded."
     ),
+    storage_kind="hdf5",
+    # One trajectory in memory plus the resampled demo (~2x a 10-minute capture's hands).
+    step_resources=("1", "4Gi"),
 )
 CERES = ExportFormat(
     name="ceres_episode",
@@ -103,6 +145,7 @@ CERES = ExportFormat(
     label="LeRobot",
     policy_key="lerobot",
     version_of="ego_assets.formats.ceres_lerobot:CODE_VERSION",
+    exporter_of="ego_assets.exports.ceres:CeresExporter",
     folder="ceres-lerobot-v3",
     receipt_layout="folder",
     receipt_path="exports/ceres-lerobot-v3/{key}/shards/episode-{index:06d}",
@@ -111,6 +154,9 @@ CERES = ExportFormat(
         "CERES LeRobotDataset v3 shard of the episode (exports/ceres-lerobot-v3/<key>/"
         "shards/episode-<index>/): data, meta, outward-camera mp4, CERES sidecars, receipt."
     ),
+    storage_kind="parquet",
+    # Decodes/encodes one camera stream and holds one episode's rows (410 floats per frame).
+    step_resources=("1", "3Gi"),
 )
 EGOSMITH = ExportFormat(
     name="egosmith_shards",
@@ -118,6 +164,7 @@ EGOSMITH = ExportFormat(
     label="WebDataset",
     policy_key="webdataset",
     version_of="ego_assets.formats.egosmith_webdataset:WRITER_VERSION",
+    exporter_of="ego_assets.exports.egosmith:EgoSmithExporter",
     folder="egosmith",
     receipt_layout="folder",
     receipt_path="exports/egosmith/{key}",
@@ -127,6 +174,9 @@ EGOSMITH = ExportFormat(
         "meta.json per head-camera frame) in tar shards + episode.json; skipped (with the "
         "reason) when the capture has no head camera."
     ),
+    storage_kind="files",
+    # Decodes one video and JPEG-encodes it frame by frame: CPU bound, one frame in memory.
+    step_resources=("1", "2Gi"),
 )
 
 # Every export format, in the order the page, the demo and the catalog show them.

@@ -21,15 +21,16 @@ For one capture and one format (an `ExportFormat` of `ego_assets.exports.registr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from upath import UPath
 
 from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
 from ego_assets.exports.episode_index import EpisodeIndexRegistry
-from ego_assets.exports.registry import ExportFormat
+from ego_assets.exports.registry import ExportFormat, ExportOption
 from ego_assets.pipeline import StepResult, stored_gate
 from ego_assets.quality.gate import Gate, require_gate
 from ego_assets.storage import Storage
@@ -55,7 +56,18 @@ class Written:
 
 
 class Exporter(Protocol):
-    """One format's writer and how to read back what it wrote (see `run_export`)."""
+    """One format's writer and how to read back what it wrote (see `run_export`).
+
+    ``OPTIONS`` are the exporter's own options (its Dagster asset's config fields, with
+    ``force``); `from_options` builds the exporter from their values.
+    """
+
+    OPTIONS: ClassVar[tuple[ExportOption, ...]]
+
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any]) -> Exporter:
+        """The exporter for option values (one per `OPTIONS` entry, by name)."""
+        ...
 
     @property
     def format(self) -> ExportFormat:
@@ -107,6 +119,11 @@ class Exporter(Protocol):
 
     def figures(self, storage: Storage, key: str, record: Any) -> dict[str, float | int | str]:
         """The step's figures (Dagster metadata) for a written or stored ``record``."""
+        ...
+
+    def details(self, storage: Storage, key: str) -> dict[str, Any]:
+        """Metadata shown before the figures for an exported (not blocked) capture: a
+        path (`UPath`) is shown as a path, a list or dict as JSON ({} for none)."""
         ...
 
 
