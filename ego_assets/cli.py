@@ -14,7 +14,7 @@ Commands:
     where    which capture set (Dagster partitions, group, assets, job) a capture is in
     backfill re-run per-capture assets for some or all captures
     partitions migrate   move captures to their set under a new number of sets
-    release  build a versioned dataset release from the catalog; diff versions
+    release  build a versioned dataset release from the catalog; diff, rebuild versions
 
 Commands that need a Dagster instance (where, backfill, partitions, serve) reach it
 through `ego_assets.dagster_client` only.

@@ -1,14 +1,16 @@
-"""Storage-free file helpers every room may use: a file's SHA-256 and atomic file writes.
+"""Storage-free file helpers every room may use: a file's SHA-256, atomic file writes, links.
 
 No package import here (a leaf of the layering, ``docs/architecture.md``).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,6 +74,19 @@ def write_file_atomic(path: Path, data: bytes) -> Path:
     with atomic_output(path) as tmp:
         tmp.write_bytes(data)
     return Path(path)
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """Hard-link the immutable file ``source`` at ``target`` (copied when they are on two
+    file systems); ``target``'s folder is made. Neither is ever written through again."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        shutil.copyfile(source, target)
 
 
 def remove_temporaries(path: Path) -> list[Path]:

@@ -32,6 +32,7 @@ from ego_assets.exports.egosmith import EgoSmithExporter, episode_path, stored_e
 from ego_assets.exports.holos import HolosExporter
 from ego_assets.exports.run import export_capture
 from ego_assets.fileio import file_sha256
+from ego_assets.formats.ceres_lerobot import CAMERA_KEY
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions
 from ego_assets.pipeline import LINEAGE_FILE
 from ego_assets.releases.build import build_release, read_manifest, versions
@@ -400,6 +401,104 @@ def test_any_change_makes_a_new_version_and_diff_says_why(root, capsys):
     ]
 
 
+ONLY_KEYS = """
+[release]
+licence = "CC-BY-4.0"
+formats = ["webdataset", "robomimic", "lerobot"]
+[select]
+where = "capture_key in (KEYS)"
+[split]
+fractions = { train = 1.0 }
+"""
+
+
+def _files(folder: Path) -> dict[str, os.stat_result]:
+    return {p.relative_to(folder).as_posix(): p.stat() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_new_version_links_unchanged_parts_and_writes_appended_episodes_anew(root, capsys):
+    _write_spec(root, "grow", ONLY_KEYS.replace("KEYS", "'rel-xr-a'"))
+    first = build_release(root, "grow")
+    _write_spec(root, "grow", ONLY_KEYS.replace("KEYS", "'rel-xr-a', 'rel-xr-b'"))
+    second = build_release(root, "grow")
+    assert second.version == 2
+    assert second.manifest["parts"] == [
+        {"name": "v1", "episodes": ["rel-xr-a"]},
+        {"name": "v2", "episodes": ["rel-xr-b"]},
+    ]
+    v1, v2 = _files(first.path), _files(second.path)
+    linked = sorted(p for p, st in v2.items() if p in v1 and v1[p].st_ino == st.st_ino)
+    video = f"lerobot/train/videos/{CAMERA_KEY}/chunk-000"
+    assert linked == sorted(
+        [p for p in v1 if p.startswith("webdataset/train/v1/")]
+        + ["robomimic/parts/v1.hdf5", "lerobot/train/data/chunk-000/file-000.parquet"]
+        + [f"{video}/file-000.mp4", "lerobot/train/ceres/episodes/episode-000040.json"]
+    )
+    # rel-xr-b landed in files of its own: new shards, a new part file, new data and video
+    assert "robomimic/parts/v2.hdf5" in v2 and f"{video}/file-001.mp4" in v2
+    assert any(p.startswith("webdataset/train/v2/") for p in v2)
+    episodes = pq.read_table(
+        second.path / "lerobot/train/meta/episodes/chunk-000/file-000.parquet"
+    ).to_pylist()
+    assert [(e["data/file_index"], e[f"videos/{CAMERA_KEY}/file_index"]) for e in episodes] == [
+        (0, 0),
+        (1, 1),
+    ]
+    assert episodes[1][f"videos/{CAMERA_KEY}/from_timestamp"] == 0.0
+    appended = {p for p in v2 if p.startswith("webdataset/train/v2/")} | {
+        "robomimic/parts/v2.hdf5",
+        f"{video}/file-001.mp4",
+        "lerobot/train/data/chunk-000/file-001.parquet",
+    }
+    rewritten = {p: v2[p].st_size for p in v2.keys() - appended - set(linked)}
+    assert max(rewritten.values()) < 128_000, rewritten  # indexes, metadata, the card
+    # the manifest's digests of linked files are v1's, and true
+    for f in second.manifest["files"]:
+        assert f["sha256"] == file_sha256(second.path / f["path"])
+    # robomimic reads v2's demos through the links: demo_1 is rel-xr-b's in part v2
+    with h5py.File(second.path / "robomimic/release.hdf5") as f:
+        assert f["data/demo_1"].attrs["ego_capture_key"] == "rel-xr-b"
+        assert f["data"].get("demo_1", getlink=True).filename == "parts/v2.hdf5"
+
+    # the catalog moves on (rel-xr-b's holos export re-stamped, catalog rebuilt, v3);
+    # v2 is packed again from its manifest alone, byte for byte
+    _write_spec(root, "grow", ONLY_KEYS.replace("KEYS", "'rel-xr-b'"))
+    assert build_release(root, "grow").version == 3
+    out = root.parent / "v2-again"
+    assert main(["release", "rebuild", "grow", "v2", "--out", str(out), "--data", str(root)]) == 0
+    assert capsys.readouterr().out.startswith(f"release grow v2 rebuilt at {out}: ")
+    assert {p: (out / p).read_bytes() for p in _files(out)} == {
+        p: (second.path / p).read_bytes() for p in v2
+    }
+    # a missing version comes back in its own folder; a changed export is refused, by name
+    shutil.move(second.path, root.parent / "v2-moved")
+    assert main(["release", "rebuild", "grow", "v2", "--data", str(root)]) == 2
+    assert "no version v2" in capsys.readouterr().err
+    shutil.move(root.parent / "v2-moved", second.path)
+    assert main(["release", "rebuild", "grow", "v2", "--data", str(root)]) == 2
+    assert "exists; give --out a new folder" in capsys.readouterr().err
+    with h5py.File(_holos_file(root, "rel-xr-b"), "a") as f:
+        f["data"].attrs["note"] = "touched"
+    assert (
+        main(
+            [
+                "release",
+                "rebuild",
+                "grow",
+                "v2",
+                "--out",
+                str(root.parent / "x"),
+                "--data",
+                str(root),
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "capture rel-xr-b: holos_hdf5: " in err and "changed since the release" in err
+    assert not (root.parent / "x").exists()
+
+
 def test_cli_build_and_refusals(root, capsys):
     _write_spec(root, "xr", WEBXR_ONLY)
     assert main(["release", "build", "xr", "--data", str(root)]) == 0
@@ -484,11 +583,13 @@ def test_robomimic_file_holds_each_episode_as_a_demo_with_split_masks(root):
                 )
                 assert copied.attrs["num_samples"] == source.attrs["num_samples"]
                 total += int(source.attrs["num_samples"])
-                # scales re-attached inside this file, to this demo's own axis
+                # an external link into the part file; scales re-attached inside that file,
+                # to this demo's own axis (one part: demo_<j> there is demo_<i> here)
+                assert f["data"].get(demo, getlink=True).filename == "parts/v1.hdf5"
                 axes = [[s.name for s in dim.values()] for dim in copied["obs/device_pose"].dims]
                 assert axes[0] == [f"/data/{demo}/time"]
                 assert (
-                    f[axes[1][0]][:].tolist()
+                    copied.file[axes[1][0]][:].tolist()
                     == src[source["obs/device_pose"].dims[1][0].name][:].tolist()
                 )
         assert f["data"].attrs["total"] == total == packed["total"]
@@ -563,32 +664,25 @@ def _lerobot_python() -> Path | None:
     return local if local.exists() else None
 
 
-def test_lerobot_is_one_merged_dataset_with_contiguous_split_ranges(root, tmp_path):
-    _write_spec(root, "xr", WEBXR_ONLY)
+def test_lerobot_is_one_packed_dataset_per_split(root, tmp_path):
+    _write_spec(root, "xr", WEBXR_ONLY.replace("train = 0.5, valid = 0.5", "train = 1.0"))
     result = build_release(root, "xr")
     packed = result.manifest["formats"]["lerobot"]
-    splits = {e["capture_key"]: e["split"] for e in result.manifest["episodes"]}
-    order = ["train", "valid"]
-    want = sorted(splits, key=lambda k: (order.index(splits[k]), k))
-    assert packed["episodes"] == {k: i for i, k in enumerate(want)}
+    keys = ["rel-xr-a", "rel-xr-b"]
+    assert packed["episodes"] == {"rel-xr-a": 0, "rel-xr-b": 1}  # the part's order
     assert packed["excluded"] == []
-    dataset = result.path / "lerobot"
+    assert packed["datasets"] == {"train": {"root": "lerobot/train", "episodes": 2}}
+    dataset = result.path / "lerobot" / "train"
     info = json.loads((dataset / "meta" / "info.json").read_text())
-    assert info["total_episodes"] == 2 and info["splits"] == packed["splits"]
-    for split, span in packed["splits"].items():
-        start, end = map(int, span.split(":"))
-        assert [want[i] for i in range(start, end)] == [k for k in want if splits[k] == split]
+    assert info["total_episodes"] == 2 and info["splits"] == {"train": "0:2"}
     rows = pq.read_table(dataset / "data" / "chunk-000" / "file-000.parquet")
     episodes = pq.read_table(
         dataset / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
     ).to_pylist()
-    for key, index in packed["episodes"].items():
-        shard = (
-            root
-            / result.manifest["episodes"][
-                [e["capture_key"] for e in result.manifest["episodes"]].index(key)
-            ]["exports"]["ceres_episode"]["path"]
-        )
+    records = {e["capture_key"]: e for e in result.manifest["episodes"]}
+    for key in keys:
+        index = packed["episodes"][key]
+        shard = root / records[key]["exports"]["ceres_episode"]["path"]
         source = pq.read_table(next(shard.glob("data/*/*.parquet")))
         meta = episodes[index]
         start, end = meta["dataset_from_index"], meta["dataset_to_index"]
@@ -605,9 +699,9 @@ def test_lerobot_is_one_merged_dataset_with_contiguous_split_ranges(root, tmp_pa
     python = _lerobot_python()
     if python is None:
         pytest.skip("no lerobot environment (make lerobot-env)")
-    valid = list(range(*map(int, packed["splits"]["valid"].split(":"))))
+    chosen = [1]
     run = subprocess.run(
-        [str(python), "-c", LEROBOT_RECIPE, str(dataset), json.dumps(valid)],
+        [str(python), "-c", LEROBOT_RECIPE, str(dataset), json.dumps(chosen)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -621,10 +715,9 @@ def test_lerobot_is_one_merged_dataset_with_contiguous_split_ranges(root, tmp_pa
     )
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    lengths = [episodes[i]["length"] for i in valid]
-    assert got["len"] == sum(lengths) and got["num_episodes"] == len(valid)
-    assert got["episode_index"] == valid
-    first = rows.column("observation.state")[episodes[valid[0]]["dataset_from_index"]]
+    assert got["len"] == episodes[1]["length"] and got["num_episodes"] == 1
+    assert got["episode_index"] == chosen
+    first = rows.column("observation.state")[episodes[1]["dataset_from_index"]]
     np.testing.assert_allclose(got["state0"], first.as_py(), rtol=1e-6)
     assert got["last_action_is_pad"] == [False, True]  # the window runs past the episode
 

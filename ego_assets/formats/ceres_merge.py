@@ -14,6 +14,12 @@
   (what LeRobot 0.6.1 does; exact quantiles would need every row in memory).
 * Every dataset has one fps and one camera shape: shards whose (fps, camera shape)
   differ from the most common one are left out and listed in ``ceres/merge.json``.
+* ``breaks``: shard positions where new data and video files start (the release's parts:
+  a part's episodes never share a file with another part's). ``reuse``: the first
+  shards are the same shards, in the same order, at the same breaks, as those of an
+  earlier merge (``reuse.folder``): their data and video files are hard-linked from it
+  (copied across file systems), nothing of them is rewritten; only their rows and stats
+  are read.
 * ``ceres/episodes/episode-<shard index>.json`` keeps each shard's episode metadata,
   ``ceres/task-specifications/`` their task specifications, and
   ``ceres/browser-export-receipt.json`` lists every file with its SHA-256.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -35,6 +42,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ego_assets.fileio import link_or_copy
 from ego_assets.formats.ceres_lerobot import (
     CAMERA_KEY,
     CHUNKS_SIZE,
@@ -65,6 +73,14 @@ MERGE_VERSION = "ceres-lerobot-v3-merge-1"  # bump when the merged output change
 EPISODE_METADATA_DIR = "ceres/episodes"
 MB = 1024 * 1024
 RENUMBERED = ("episode_index", "index", "task_index")
+
+
+@dataclass(frozen=True, slots=True)
+class Reuse:
+    """The first ``shards`` input shards were merged into ``folder`` exactly as now."""
+
+    folder: Path
+    shards: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,22 +157,40 @@ class _Writers:
     opened_data: bool = False
     schema: pa.Schema | None = None
     closed: list[Path] = field(default_factory=list)
+    linked_from: Path | None = None  # set: files are hard-linked from this merge, not written
+    data_open: bool = False  # a data file is current (written or linked)
+
+    def new_files(self) -> None:
+        """Close the current data and video files: the next episode starts new ones."""
+        self.new_data_file()
+        self.new_video_file()
+
+    def new_data_file(self) -> None:
+        """Close the current data file: the next episode's rows start a new one."""
+        if self.data_open:
+            if self.data_writer is not None:
+                self.data_writer.close()
+            self.data_writer, self.data_open = None, False
+            self.data_loc = _advance(*self.data_loc)
 
     def write_data(self, table: pa.Table, size: int) -> tuple[int, int]:
         limit = DATA_FILES_SIZE_IN_MB * MB
-        if self.data_writer is not None and self.data_bytes + size >= limit:
-            self.data_writer.close()
-            self.data_writer = None
-            self.data_loc = _advance(*self.data_loc)
-        if self.data_writer is None:
+        if self.data_open and self.data_bytes + size >= limit:
+            self.new_data_file()
+        if not self.data_open:
             chunk, file = self.data_loc
-            path = self.out / DATA_PATH.format(chunk_index=chunk, file_index=file)
+            relative = DATA_PATH.format(chunk_index=chunk, file_index=file)
+            path = self.out / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.data_writer = pq.ParquetWriter(
-                path, table.schema, compression="snappy", use_dictionary=False
-            )
-            self.data_bytes = 0
-        self.data_writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            if self.linked_from is not None:
+                link_or_copy(self.linked_from / relative, path)
+            else:
+                self.data_writer = pq.ParquetWriter(
+                    path, table.schema, compression="snappy", use_dictionary=False
+                )
+            self.data_bytes, self.data_open = 0, True
+        if self.data_writer is not None:
+            self.data_writer.write_table(table, row_group_size=max(table.num_rows, 1))
         self.data_bytes += size
         return self.data_loc
 
@@ -171,23 +205,28 @@ class _Writers:
             limit = VIDEO_FILES_SIZE_IN_MB * MB
             current = self.video
             if current is not None and (current.params != params or current.bytes + size >= limit):
-                current.container.close()
-                self.video = current = None
-                self.video_loc = _advance(*self.video_loc)
+                self.new_video_file()
+                current = None
             if current is None:
                 chunk, file = self.video_loc
-                path = self.out / VIDEO_PATH.format(
+                relative = VIDEO_PATH.format(
                     video_key=CAMERA_KEY, chunk_index=chunk, file_index=file
                 )
+                path = self.out / relative
                 path.parent.mkdir(parents=True, exist_ok=True)
-                container = av.open(str(path), "w", format="mp4", options=MUX_OPTIONS)
-                stream = container.add_stream_from_template(ist)
-                stream.time_base = Fraction(1, self.fps)
-                current = self.video = _VideoFile(path, container, stream, params)
+                if self.linked_from is not None:
+                    link_or_copy(self.linked_from / relative, path)
+                    current = self.video = _VideoFile(path, None, None, params)
+                else:
+                    container = av.open(str(path), "w", format="mp4", options=MUX_OPTIONS)
+                    stream = container.add_stream_from_template(ist)
+                    stream.time_base = Fraction(1, self.fps)
+                    current = self.video = _VideoFile(path, container, stream, params)
             start = current.frames
             tb = Fraction(ist.time_base or Fraction(1, self.fps))
             out_tb = Fraction(1, self.fps)
-            for packet in inp.demux(ist):
+            packets = inp.demux(ist) if current.container is not None else ()
+            for packet in packets:
                 if not packet.size:
                     continue
                 packet.pts = _frames(packet.pts, tb, self.fps) + start
@@ -200,10 +239,18 @@ class _Writers:
             current.bytes += size
         return self.video_loc, start
 
+    def new_video_file(self) -> None:
+        """Close the current video file: the next episode's video starts a new one."""
+        if self.video is not None:
+            if self.video.container is not None:
+                self.video.container.close()
+            self.video = None
+            self.video_loc = _advance(*self.video_loc)
+
     def close(self) -> None:
         if self.data_writer is not None:
             self.data_writer.close()
-        if self.video is not None:
+        if self.video is not None and self.video.container is not None:
             self.video.container.close()
 
 
@@ -229,11 +276,21 @@ def _read_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:
     return {f: {k: np.asarray(v) for k, v in stats.items()} for f, stats in doc.items()}
 
 
-def merge_shards(shards: list[Path], out: Path, data_version: str = "") -> MergeResult:
+def merge_shards(
+    shards: list[Path],
+    out: Path,
+    data_version: str = "",
+    *,
+    breaks: Collection[int] = (),
+    reuse: Reuse | None = None,
+    split: str = "train",
+) -> MergeResult:
     """Merge shard folders (in the given order) into the empty folder ``out``.
 
     ``data_version`` (what the caller derived the inputs' identity from) is recorded in
-    ``ceres/merge.json``.
+    ``ceres/merge.json``; ``split`` names the episode range in ``meta/info.json``;
+    ``breaks`` and ``reuse``: see the module docstring (``reuse`` is ignored when the
+    earlier merge chose another fps or camera shape).
     """
     infos = [json.loads((s / INFO_FILE).read_text()) for s in shards]
     if not shards:
@@ -243,15 +300,19 @@ def merge_shards(shards: list[Path], out: Path, data_version: str = "") -> Merge
     chosen = max(counts, key=lambda sig: (counts[sig], -signatures.index(sig)))
     fps, camera_shape = chosen
     excluded: dict[str, str] = {}
-    included: list[tuple[Path, dict[str, Any]]] = []
-    for shard, info, sig in zip(shards, infos, signatures, strict=True):
+    included: list[tuple[int, Path, dict[str, Any]]] = []
+    for position, (shard, info, sig) in enumerate(zip(shards, infos, signatures, strict=True)):
         if sig == chosen:
-            included.append((shard, info))
+            included.append((position, shard, info))
         else:
             name = shard_name(int(_metadata(shard)["episode"]["index"]))
             excluded[name] = (
                 f"fps {sig[0]}, camera {sig[1]}; dataset: fps {fps}, camera {camera_shape}"
             )
+    if reuse is not None:
+        earlier = json.loads((reuse.folder / INFO_FILE).read_text())
+        reuse = reuse if _signature(earlier) == chosen else None
+    starts = set(breaks)
     tasks: list[str] = []
     writers = _Writers(out, fps)
     episode_rows: list[dict[str, Any]] = []
@@ -259,9 +320,13 @@ def merge_shards(shards: list[Path], out: Path, data_version: str = "") -> Merge
     merged: list[dict[str, Any]] = []
     offset = 0
     try:
-        for new_index, (shard, info) in enumerate(included):
+        for new_index, (position, shard, info) in enumerate(included):
+            linked = reuse is not None and position < reuse.shards
+            if position in starts or (writers.linked_from is not None and not linked):
+                writers.new_files()
+            writers.linked_from = reuse.folder if reuse is not None and linked else None
             data_file = _one(shard, "data/*/*.parquet")
-            table = pq.read_table(data_file)
+            table = pq.read_table(data_file, columns=["task_index"] if linked else None)
             n = table.num_rows
             local_tasks = list(pd.read_parquet(shard / TASKS_FILE).index)
             for text in local_tasks:
@@ -274,7 +339,9 @@ def merge_shards(shards: list[Path], out: Path, data_version: str = "") -> Merge
                 "task_index": remap[table.column("task_index").to_numpy()],
             }
             for name, values in new_cols.items():
-                table = table.set_column(table.schema.get_field_index(name), name, pa.array(values))
+                if not linked:
+                    index = table.schema.get_field_index(name)
+                    table = table.set_column(index, name, pa.array(values))
             chunk, file = writers.write_data(table, data_file.stat().st_size)
             stats = _read_stats(shard / STATS_FILE)
             for name, values in new_cols.items():
@@ -307,7 +374,11 @@ def merge_shards(shards: list[Path], out: Path, data_version: str = "") -> Merge
             offset += n
             metadata = _metadata(shard)
             shard_index = int(metadata["episode"]["index"])
-            write_json(out / EPISODE_METADATA_DIR / f"{shard_name(shard_index)}.json", metadata)
+            written = f"{EPISODE_METADATA_DIR}/{shard_name(shard_index)}.json"
+            if writers.linked_from is not None:
+                link_or_copy(writers.linked_from / written, out / written)
+            else:
+                write_json(out / written, metadata)
             for spec in sorted((shard / TASK_SPEC_DIR).glob("*.json")):
                 target = out / TASK_SPEC_DIR / spec.name
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -325,7 +396,7 @@ def merge_shards(shards: list[Path], out: Path, data_version: str = "") -> Merge
         writers.close()
     if not included:
         raise ValueError("no shard to merge")
-    features = included[0][1]["features"]
+    features = included[0][2]["features"]
     if camera_shape is not None:
         first_video = out / VIDEO_PATH.format(video_key=CAMERA_KEY, chunk_index=0, file_index=0)
         features = {
@@ -337,7 +408,9 @@ def merge_shards(shards: list[Path], out: Path, data_version: str = "") -> Merge
     pq.write_table(episodes_table(episode_rows, episode_stats), episodes_path, compression="snappy")
     write_tasks(tasks, out / TASKS_FILE)
     m = len(included)
-    write_json(out / INFO_FILE, info_json(features, fps, m, offset, len(tasks), f"0:{m}"))
+    info = info_json(features, fps, m, offset, len(tasks), f"0:{m}")
+    info["splits"] = {split: f"0:{m}"}
+    write_json(out / INFO_FILE, info)
     dtypes = {k: v["dtype"] for k, v in features.items()}
     write_json(
         out / STATS_FILE, stats_to_json(aggregate_stats(episode_stats), dtypes), compact=True

@@ -5,6 +5,12 @@ folder's writer lock, compares the inputs' hash with the latest version's manife
 means nothing is written; otherwise ``v<N+1>`` is packed in a hidden temporary folder
 beside it and renamed into place once ``release.json`` (written last) is complete. A
 version folder is never changed after that. Local data roots only for now.
+
+A new version reuses what it can of the latest one (`layout`): the files of parts whose
+episodes are unchanged are hard-links to the latest version's (immutable) files, and
+their SHA-256 is taken from its manifest, not read again. `rebuild_release` packs a
+version again from its manifest alone (its episodes, splits and parts, not a new
+selection) and checks every file against the manifest's SHA-256.
 """
 
 from __future__ import annotations
@@ -14,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ego_assets.catalog.receipts import artefact_digest
 from ego_assets.catalog.warehouse import catalog_database
 from ego_assets.formats.egosmith_webdataset import DEFAULT_SHARD_BYTES
 from ego_assets.releases.card import CARD_FILE, dataset_card
+from ego_assets.releases.layout import PartPlan, plan_parts
 from ego_assets.releases.lerobot import pack_lerobot
 from ego_assets.releases.manifest import (
     MANIFEST_FILE,
@@ -26,13 +34,13 @@ from ego_assets.releases.manifest import (
     manifest_bytes,
 )
 from ego_assets.releases.robomimic import pack_robomimic
-from ego_assets.releases.select import select_episodes
-from ego_assets.releases.spec import RELEASES_DIR, load_spec, spec_path
+from ego_assets.releases.select import ReleaseEpisode, SelectionResult, select_episodes
+from ego_assets.releases.spec import RELEASES_DIR, ReleaseSpec, load_spec, spec_path
 from ego_assets.releases.webdataset import pack_webdataset
 from ego_assets.storage import Storage
 from ego_assets.trajectory.store import atomic_directory, remove_leftovers
 
-RELEASE_WRITER_VERSION = "release-1"
+RELEASE_WRITER_VERSION = "release-2"  # bump when packed bytes or the layout change
 VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
 
 
@@ -80,6 +88,38 @@ def read_manifest(root: Path, name: str, version: int | str) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
+def _pack_version(
+    root: Path,
+    tmp: Path,
+    head: dict[str, Any],
+    episodes: list[ReleaseEpisode],
+    plan: PartPlan,
+    previous_files: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Pack the formats of manifest ``head`` into ``tmp``, write the card and
+    ``release.json``; return the manifest. ``previous_files``: the manifest ``files`` of
+    ``plan.previous`` (digests of linked files are taken from it)."""
+    spec = head["spec"]
+    splits = list(spec["split"]["fractions"])
+    formats: dict[str, Any] = {}
+    if "webdataset" in spec["release"]["formats"]:
+        shard_bytes = head["packing"]["webdataset_shard_bytes"]
+        index = pack_webdataset(root, episodes, splits, tmp, shard_bytes, plan)
+        formats["webdataset"] = {"index": "webdataset/index.json", **index["splits"]}
+    if "robomimic" in spec["release"]["formats"]:
+        formats["robomimic"] = pack_robomimic(root, episodes, splits, tmp, plan)
+    if "lerobot" in spec["release"]["formats"]:
+        formats["lerobot"] = pack_lerobot(root, episodes, splits, tmp, head["inputs_sha256"], plan)
+    manifest = {**head, "formats": formats}
+    (tmp / CARD_FILE).write_text(dataset_card(manifest), encoding="utf-8")
+    known = None
+    if plan.previous is not None and previous_files is not None:
+        known = (plan.previous, previous_files)
+    manifest["files"] = file_records(tmp, known)
+    (tmp / MANIFEST_FILE).write_bytes(manifest_bytes(manifest))
+    return manifest
+
+
 def build_release(
     data: str | Path,
     name: str,
@@ -106,6 +146,20 @@ def build_release(
     spec = load_spec(spec_file or spec_path(root, name), name)
     with catalog_database(storage, write=False) as database:
         selection = select_episodes(database, spec)
+    return build_version(storage, spec, selection, shard_bytes=shard_bytes)
+
+
+def build_version(
+    storage: Storage,
+    spec: ReleaseSpec,
+    selection: SelectionResult,
+    *,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+) -> BuildResult:
+    """`build_release` after the selection: the version of ``spec`` over ``selection``
+    (nothing written when the latest version has the same inputs)."""
+    root = Path(storage.root.path)
+    name = spec.name
     if not selection.episodes:
         reasons = "; ".join(f"{e['capture_key']}: {e['reason']}" for e in selection.left_out[:5])
         raise ReleaseError(
@@ -126,40 +180,94 @@ def build_release(
     folder.mkdir(parents=True, exist_ok=True)
     with storage.writer_lock(folder):
         have = versions(root, name)
-        if have:
-            latest = read_manifest(root, name, have[-1])
-            if latest.get("inputs_sha256") == digest:
-                return BuildResult(have[-1], folder / f"v{have[-1]}", False, latest)
+        latest = read_manifest(root, name, have[-1]) if have else None
+        if latest is not None and latest.get("inputs_sha256") == digest:
+            return BuildResult(have[-1], folder / f"v{have[-1]}", False, latest)
         number = (have[-1] if have else 0) + 1
+        same_packer = latest is not None and all(
+            latest.get(k) == inputs[k] for k in ("writer_version", "packing")
+        )
+        plan = plan_parts(
+            selection.episodes,
+            number,
+            latest if same_packer else None,
+            folder / f"v{have[-1]}" if have else None,
+        )
+        head = {
+            "format": MANIFEST_FORMAT,
+            "version": number,
+            "inputs_sha256": digest,
+            **inputs,
+            "licence": spec.licence,
+            "splits": {
+                s: {
+                    "episodes": sum(1 for e in selection.episodes if e.split == s),
+                    "duration_s": sum(
+                        e.duration_s or 0.0 for e in selection.episodes if e.split == s
+                    ),
+                }
+                for s in splits
+            },
+            "parts": plan.parts,
+        }
         target = folder / f"v{number}"
         remove_leftovers(target)
         with atomic_directory(target) as tmp:
-            formats: dict[str, Any] = {}
-            if "webdataset" in spec.formats:
-                index = pack_webdataset(root, selection.episodes, splits, tmp, shard_bytes)
-                formats["webdataset"] = {"index": "webdataset/index.json", **index["splits"]}
-            if "robomimic" in spec.formats:
-                formats["robomimic"] = pack_robomimic(root, selection.episodes, splits, tmp)
-            if "lerobot" in spec.formats:
-                formats["lerobot"] = pack_lerobot(root, selection.episodes, splits, tmp, digest)
-            manifest = {
-                "format": MANIFEST_FORMAT,
-                "version": number,
-                "inputs_sha256": digest,
-                **inputs,
-                "licence": spec.licence,
-                "splits": {
-                    s: {
-                        "episodes": sum(1 for e in selection.episodes if e.split == s),
-                        "duration_s": sum(
-                            e.duration_s or 0.0 for e in selection.episodes if e.split == s
-                        ),
-                    }
-                    for s in splits
-                },
-                "formats": formats,
-            }
-            (tmp / CARD_FILE).write_text(dataset_card(manifest), encoding="utf-8")
-            manifest["files"] = file_records(tmp)
-            (tmp / MANIFEST_FILE).write_bytes(manifest_bytes(manifest))
+            manifest = _pack_version(
+                root, tmp, head, selection.episodes, plan, latest["files"] if latest else None
+            )
     return BuildResult(number, target, True, manifest)
+
+
+def rebuild_release(
+    data: str | Path, name: str, version: int | str, out: Path | None = None
+) -> Path:
+    """Pack version ``version`` of release ``name`` again from its ``release.json`` alone
+    (its episodes, splits and parts; the catalog is not read) into ``out`` (default: the
+    version's own folder, which must then be missing), and check every file.
+
+    Each episode's exports are checked against the manifest's SHA-256 first, and every
+    packed file (``release.json`` included) against the manifest after; on any
+    difference nothing is left at ``out``.
+
+    Raises:
+        ReleaseError: no such version, a version made by another packer, ``out`` exists,
+            an export changed or is gone, or a packed file differs (each named).
+    """
+    root = Path(Storage(data).root.path)
+    manifest = read_manifest(root, name, version)
+    number = manifest["version"]
+    where = f"release {name} v{number}"
+    if manifest.get("writer_version") != RELEASE_WRITER_VERSION or "parts" not in manifest:
+        raise ReleaseError(
+            f"{where}: packed by {manifest.get('writer_version')}; this packer "
+            f"({RELEASE_WRITER_VERSION}) cannot rebuild it byte for byte"
+        )
+    target = Path(out) if out is not None else release_dir(root, name) / f"v{number}"
+    if target.exists():
+        raise ReleaseError(f"{where}: {target} exists; give --out a new folder")
+    episodes = [ReleaseEpisode(**record) for record in manifest["episodes"]]
+    for episode in episodes:
+        for fmt, export in episode.exports.items():
+            path = root / export["path"]
+            if not path.exists():
+                raise ReleaseError(f"{where}: capture {episode.capture_key}: {fmt}: {path} is gone")
+            if artefact_digest(path)[2] != export["sha256"]:
+                raise ReleaseError(
+                    f"{where}: capture {episode.capture_key}: {fmt}: {path} changed since "
+                    "the release (SHA-256 differs from the manifest)"
+                )
+    head = {k: v for k, v in manifest.items() if k not in ("formats", "files")}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(target)
+    with atomic_directory(target) as tmp:
+        again = _pack_version(root, tmp, head, episodes, PartPlan(manifest["parts"]))
+        want = {f["path"]: f for f in manifest["files"]}
+        got = {f["path"]: f for f in again["files"]}
+        differ = sorted(p for p in want.keys() | got.keys() if want.get(p) != got.get(p))
+        if differ or manifest_bytes(again) != manifest_bytes(manifest):
+            raise ReleaseError(
+                f"{where}: rebuilt files differ from the manifest: "
+                + (", ".join(differ[:5]) or MANIFEST_FILE)
+            )
+    return target

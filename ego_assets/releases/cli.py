@@ -1,4 +1,4 @@
-"""``ego-assets release build|diff``: build a release version, compare two versions.
+"""``ego-assets release build|diff|rebuild``: build a version, compare two, pack one again.
 
 Errors (a bad spec, nothing selected, an unknown version) are `ValueError`s: the CLI
 prints them as one line and exits with 2, having written nothing.
@@ -25,7 +25,7 @@ def add_release_parser(sub: Any) -> None:
         ),
     )
     rsub = release.add_subparsers(
-        dest="release_command", required=True, metavar="ACTION", help="build or diff"
+        dest="release_command", required=True, metavar="ACTION", help="build, diff or rebuild"
     )
     build = rsub.add_parser(
         "build",
@@ -45,7 +45,20 @@ def add_release_parser(sub: Any) -> None:
     diff.add_argument("name", metavar="NAME", help="release name")
     diff.add_argument("a", metavar="VA", help="older version (v1)")
     diff.add_argument("b", metavar="VB", help="newer version (v2)")
-    for parser in (build, diff):
+    rebuild = rsub.add_parser(
+        "rebuild",
+        help="pack a version again from its release.json and check every file's SHA-256",
+        description=(
+            "Pack version V of release NAME again from its manifest alone (its episodes,\n"
+            "splits and parts; the catalog is not read), checking each export and every\n"
+            "packed file against the manifest's SHA-256. Into --out, or into the version's\n"
+            "own folder when it is missing."
+        ),
+    )
+    rebuild.add_argument("name", metavar="NAME", help="release name")
+    rebuild.add_argument("version", metavar="V", help="version (v2)")
+    rebuild.add_argument("--out", type=Path, help="new folder to write (default: the version's)")
+    for parser in (build, diff, rebuild):
         parser.add_argument(
             "--data",
             default=os.environ.get("EGO_DATA_DIR", "data"),
@@ -53,6 +66,7 @@ def add_release_parser(sub: Any) -> None:
         )
     build.set_defaults(func=run_build)
     diff.set_defaults(func=run_diff)
+    rebuild.set_defaults(func=run_rebuild)
 
 
 def run_build(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -93,4 +107,20 @@ def run_diff(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 f"{sign} {item['capture_key']} [{item['split']}]: {'; '.join(item['why'])}",
                 file=out,
             )
+    return 0
+
+
+def run_rebuild(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Pack a version again from its manifest; print where and how many files matched."""
+    from ego_assets.releases.build import read_manifest, rebuild_release
+
+    out = out or sys.stdout
+    target = rebuild_release(args.data, args.name, args.version, args.out)
+    manifest = read_manifest(Path(args.data), args.name, args.version)
+    files = manifest["files"]
+    print(
+        f"release {args.name} v{manifest['version']} rebuilt at {target}: {len(files)} files, "
+        f"{sum(f['bytes'] for f in files)} bytes, every SHA-256 as in its release.json",
+        file=out,
+    )
     return 0

@@ -1,13 +1,16 @@
-"""A release's packed LeRobot v3 dataset: ``lerobot/``.
+"""A release's packed LeRobot v3 datasets: ``lerobot/<split>/``, one per split.
 
-The episodes' CERES shards (``exports/ceres-lerobot-v3/<key>/shards/episode-<i>/``) are
+Each split is a LeRobotDataset v3 of its own (``meta/info.json``'s ``splits`` is
+``{"<split>": "0:<episodes>"}``), so training on a split is opening its folder. The
+episodes' CERES shards (``exports/ceres-lerobot-v3/<key>/shards/episode-<i>/``) are
 merged with the CERES merge (`ego_assets.formats.ceres_merge.merge_shards`: many episodes
 per data and video file up to LeRobot's size limits, videos joined by stream copy, stats
-aggregated from the per-episode stats), in split order (the spec's order) and capture-key
-order within a split, so that each split is one contiguous range of episode indices,
-written to ``meta/info.json``'s ``splits`` (``"train": "0:7"``) as LeRobot records
-splits. The merge leaves out shards whose fps or camera shape differ from the most common
-one; those are listed under ``excluded`` (capture keys) in the manifest.
+aggregated from the per-episode stats) in part order (`layout`), each part starting new
+data and video files. Files are numbered across parts, so the leading parts a version
+keeps at the same place (``PartPlan.prefix``) keep their data and video files: they are
+hard-linked from the previous version; appended episodes land in new files. The merge
+leaves out shards whose fps or camera shape differ from the most common one; those are
+listed under ``excluded`` (capture keys) in the manifest.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ego_assets.formats.ceres_lerobot import INFO_FILE, write_json, write_receipt
-from ego_assets.formats.ceres_merge import MERGE_FILE, merge_shards
+from ego_assets.formats.ceres_merge import MERGE_FILE, Reuse, merge_shards
+from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
 
 FOLDER = "lerobot"
@@ -31,33 +34,40 @@ def pack_lerobot(
     splits: Sequence[str],
     out: Path,
     data_version: str,
+    plan: PartPlan | None = None,
 ) -> dict[str, Any]:
-    """Write ``out/lerobot/`` from the episodes' CERES shards below the data root ``root``.
+    """Write ``out/lerobot/<split>/`` from the episodes' CERES shards below the data root
+    ``root`` (``plan``: the parts; default one part ``v1`` in the given order).
 
     Returns:
-        ``{"root", "episodes": {capture key: episode index}, "splits": {split: "a:b"},
-        "excluded": [capture keys]}``.
+        ``{"root", "datasets": {split: {"root", "episodes"}}, "episodes": {capture key:
+        episode index in its split's dataset}, "excluded": [capture keys]}``.
     """
-    order = {split: i for i, split in enumerate(splits)}
-    ordered = sorted(episodes, key=lambda e: (order[e.split], e.capture_key))
-    shards = [Path(root) / e.exports[EXPORT_NAME]["path"] for e in ordered]
-    target = Path(out) / FOLDER
-    merge_shards(shards, target, data_version=data_version)
-    merged = json.loads((target / MERGE_FILE).read_text())["episodes"]
-    index = {m["capture_key"]: int(m["episode_index"]) for m in merged}
-    split_of = {e.capture_key: e.split for e in episodes}
-    ranges: dict[str, str] = {}
+    plan = plan or PartPlan([{"name": "v1", "episodes": [e.capture_key for e in episodes]}])
+    part_of = plan.part_of()
+    leading = {p["name"] for p in plan.parts[: plan.prefix]}
+    datasets: dict[str, Any] = {}
+    index: dict[str, int] = {}
+    excluded: list[str] = []
     for split in splits:
-        held = [i for key, i in index.items() if split_of[key] == split]
-        if held:
-            ranges[split] = f"{min(held)}:{max(held) + 1}"
-    info = json.loads((target / INFO_FILE).read_text())
-    info["splits"] = ranges
-    write_json(target / INFO_FILE, info)
-    write_receipt(target)  # again: info.json changed
-    return {
-        "root": FOLDER,
-        "episodes": index,
-        "splits": ranges,
-        "excluded": [e.capture_key for e in ordered if e.capture_key not in index],
-    }
+        ordered = [e for e in plan.ordered(episodes) if e.split == split]
+        if not ordered:
+            continue
+        parts = [part_of[e.capture_key] for e in ordered]
+        breaks = [i for i in range(1, len(parts)) if parts[i] != parts[i - 1]]
+        target = Path(out) / FOLDER / split
+        reuse = None
+        kept = sum(1 for p in parts if p in leading)
+        earlier = plan.previous / FOLDER / split if plan.previous else None
+        if kept and earlier is not None and (earlier / MERGE_FILE).is_file():
+            reuse = Reuse(earlier, kept)
+        shards = [Path(root) / e.exports[EXPORT_NAME]["path"] for e in ordered]
+        merge_shards(
+            shards, target, data_version=data_version, breaks=breaks, reuse=reuse, split=split
+        )
+        merged = json.loads((target / MERGE_FILE).read_text())["episodes"]
+        got = {m["capture_key"]: int(m["episode_index"]) for m in merged}
+        index.update(got)
+        excluded += [e.capture_key for e in ordered if e.capture_key not in got]
+        datasets[split] = {"root": f"{FOLDER}/{split}", "episodes": len(got)}
+    return {"root": FOLDER, "datasets": datasets, "episodes": index, "excluded": excluded}

@@ -30,19 +30,29 @@ def inputs_sha256(inputs: dict[str, Any]) -> str:
     return hashlib.sha256(canonical(inputs)).hexdigest()
 
 
-def file_records(folder: Path) -> list[dict[str, Any]]:
+def file_records(
+    folder: Path, known: tuple[Path, list[dict[str, Any]]] | None = None
+) -> list[dict[str, Any]]:
     """Every file below ``folder`` except the manifest: ``{path, bytes, sha256}``, path
-    relative (POSIX), in path order."""
+    relative (POSIX), in path order. ``known``: (an earlier version's folder, its
+    manifest ``files``): a file that is a hard link to that folder's file at the same
+    path takes its recorded digest instead of being read."""
     folder = Path(folder)
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
-    return [
-        {
-            "path": p.relative_to(folder).as_posix(),
-            "bytes": p.stat().st_size,
-            "sha256": file_sha256(p),
-        }
-        for p in files
-    ]
+    earlier, records = known if known is not None else (None, [])
+    recorded = {r["path"]: r for r in records}
+    out = []
+    for p in files:
+        path = p.relative_to(folder).as_posix()
+        stat = p.stat()
+        record = recorded.get(path)
+        if earlier is not None and record is not None:
+            old = (earlier / path).stat() if (earlier / path).is_file() else None
+            if old is not None and (old.st_ino, old.st_dev) == (stat.st_ino, stat.st_dev):
+                out.append(dict(record))
+                continue
+        out.append({"path": path, "bytes": stat.st_size, "sha256": file_sha256(p)})
+    return out
 
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:

@@ -1,9 +1,11 @@
-"""A release's WebDataset: ``webdataset/<split>/shard-NNNNNN.tar`` plus ``webdataset/index.json``.
+"""A release's WebDataset: ``webdataset/<split>/<part>/shard-NNNNNN.tar`` and ``index.json``.
 
 Built from the per-episode EgoSmith exports (``exports/egosmith/<key>/``): every sample's
 members are copied byte for byte (no image or array is decoded or re-encoded) into the
-release's shards of the episode's split, episodes in capture-key order, with the EgoSmith
-shard writer (deterministic USTAR members, a sample never straddles two shards). Each
+release's shards of the episode's split and part (`layout`), episodes in the part's
+order, with the EgoSmith shard writer (deterministic USTAR members, a sample never
+straddles two shards). A part kept from the previous version keeps its shards there:
+they are hard-linked and their index entries carried over, nothing is re-read. Each
 sample's ``meta.json`` is the episode export's own; the release split is the shard's
 folder (and the index), not ``meta.json``'s ``split`` field.
 
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ego_assets.fileio import link_or_copy
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_reader import Report, raw_samples
 from ego_assets.formats.egosmith_webdataset import (
@@ -28,6 +31,7 @@ from ego_assets.formats.egosmith_webdataset import (
     ShardWriter,
     tar_sample,
 )
+from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
 
 FOLDER = "webdataset"
@@ -53,57 +57,88 @@ def _episode_samples(folder: Path, key: str) -> Any:
             raise PackError(f"capture {key}: {folder / shard['name']}: {report.errors[0]}")
 
 
+def _pack_part(
+    root: Path, members: Sequence[ReleaseEpisode], folder: Path, prefix: str, shard_bytes: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Write one split's part into ``folder``: its (shards, episodes) index entries, paths
+    starting with ``prefix`` (``<split>/<part>/``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    writer = ShardWriter(folder, shard_bytes)
+    offsets: dict[str, list[int]] = {}
+    entries: list[dict[str, Any]] = []
+    split = prefix.split("/")[0]
+    for episode in members:
+        source = Path(root) / episode.exports[EXPORT_NAME]["path"]
+        first: tuple[str, int] | None = None
+        count = 0
+        for sample, data in _episode_samples(source, episode.capture_key):
+            writer.write_sample(tar_sample(sample, data))
+            offsets.setdefault(writer.last_sample[0], []).append(writer.last_sample[1])
+            first = first or writer.last_sample
+            count += 1
+        entries.append(
+            {
+                "capture_key": episode.capture_key,
+                "split": split,
+                "samples": count,
+                "shard": f"{prefix}{first[0]}" if first else None,
+                "offset": first[1] if first else None,
+            }
+        )
+    shards = [
+        {
+            "path": f"{prefix}{info.name}",
+            "split": split,
+            "samples": info.samples,
+            "bytes": info.bytes,
+            "sha256": info.sha256,
+            "offsets": offsets[info.name],
+        }
+        for info in writer.close()
+    ]
+    return shards, entries
+
+
 def pack_webdataset(
     root: Path,
     episodes: Sequence[ReleaseEpisode],
     splits: Sequence[str],
     out: Path,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
+    plan: PartPlan | None = None,
 ) -> dict[str, Any]:
-    """Write ``out/webdataset/`` for ``episodes`` (exports below the data root ``root``).
+    """Write ``out/webdataset/`` for ``episodes`` (exports below the data root ``root``),
+    part by part (``plan``; default: one part ``v1`` in the given order).
 
     Returns:
         The content of ``index.json`` (also written, last).
     """
+    plan = plan or PartPlan([{"name": "v1", "episodes": [e.capture_key for e in episodes]}])
     target = Path(out) / FOLDER
     shards: list[dict[str, Any]] = []
     entries: list[dict[str, Any]] = []
+    by_key = {e.capture_key: e for e in episodes}
+    earlier: dict[str, Any] | None = None
     for split in splits:
-        members = [e for e in episodes if e.split == split]
-        if not members:
-            continue
-        (target / split).mkdir(parents=True, exist_ok=True)
-        writer = ShardWriter(target / split, shard_bytes)
-        offsets: dict[str, list[int]] = {}
-        for episode in members:
-            folder = Path(root) / episode.exports[EXPORT_NAME]["path"]
-            first: tuple[str, int] | None = None
-            count = 0
-            for sample, data in _episode_samples(folder, episode.capture_key):
-                writer.write_sample(tar_sample(sample, data))
-                offsets.setdefault(writer.last_sample[0], []).append(writer.last_sample[1])
-                first = first or writer.last_sample
-                count += 1
-            entries.append(
-                {
-                    "capture_key": episode.capture_key,
-                    "split": split,
-                    "samples": count,
-                    "shard": f"{split}/{first[0]}" if first else None,
-                    "offset": first[1] if first else None,
-                }
-            )
-        for info in writer.close():
-            shards.append(
-                {
-                    "path": f"{split}/{info.name}",
-                    "split": split,
-                    "samples": info.samples,
-                    "bytes": info.bytes,
-                    "sha256": info.sha256,
-                    "offsets": offsets[info.name],
-                }
-            )
+        for part in plan.parts:
+            members = [by_key[k] for k in part["episodes"] if by_key[k].split == split]
+            if not members:
+                continue
+            prefix = f"{split}/{part['name']}/"
+            previous = plan.reusable(part["name"])
+            if previous is None:
+                got = _pack_part(root, members, target / prefix, prefix, shard_bytes)
+                shards += got[0]
+                entries += got[1]
+                continue
+            if earlier is None:
+                earlier = json.loads((previous / FOLDER / INDEX_FILE).read_text())
+            for shard in earlier["shards"]:
+                if shard["path"].startswith(prefix):
+                    link_or_copy(previous / FOLDER / shard["path"], target / shard["path"])
+                    shards.append(shard)
+            keys = {e.capture_key for e in members}
+            entries += [e for e in earlier["episodes"] if e["capture_key"] in keys]
     index = {
         "format": "webdataset",
         "samples": sum(s["samples"] for s in shards),

@@ -1,0 +1,286 @@
+"""What a dataset release costs at scale, and what a new version rewrites.
+
+``python -m bench release [--episodes 10000] [--added 100] [--seconds 2] [--bases 2]
+[--work DIR] [--json FILE]``
+
+1. **Exports.** ``--bases`` real WebXR captures of ``--seconds`` are synthesized and
+   carried through the pipeline (ingest, normalize, quality gate) and exported by the
+   three exporters a release reads (EgoSmith shards, Holos HDF5, CERES LeRobot shard).
+   They are then replicated into ``--episodes + --added`` per-episode exports under
+   distinct capture keys ``bench-NNNNNN`` at the exporters' own paths
+   (``exports/egosmith/<key>/``, ``exports/holos_hdf5/<key>/<key>.h5``,
+   ``exports/ceres-lerobot-v3/<key>/shards/episode-NNNNNN/``): every file is a hard link
+   to the base's (no disk space, no time), except the CERES shard's
+   ``ceres/episode-metadata.json``, written anew with the replica's capture key and
+   episode index (the merge reads them). The replicas' samples are the base's bytes.
+2. **Selection.** The catalog is not built for 10,000 captures: the bench makes the
+   selection itself (`SelectionResult`, each episode's split from the spec's seeded rule,
+   its exports with path, bytes and a per-replica SHA-256 stand-in) and calls
+   `build_version`, the build after the catalog query (which is one DuckDB query).
+3. **v1**: a release of ``--episodes`` in all three formats (train 0.9 / valid 0.1),
+   timed; then ``cp -r`` of that version folder (the same bytes, the same files) beside
+   it, timed before and after the build (the mean is the copy time): ``ratio_vs_copy`` =
+   build seconds / copy seconds (target <= 2).
+4. **v2** adds ``--added`` episodes: ``incremental_bytes_ratio`` = bytes of v2's files
+   that are not hard links to v1's / v2's bytes (target <= 0.05), also per format.
+5. **Unchanged**: the same selection again writes nothing (``unchanged_written`` 0).
+
+Figures depend on the machine's load: say ``uptime`` beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import name_value_table, report
+
+log = logging.getLogger("bench.release")
+
+SMOKE_ARGS = ["--episodes", "6", "--added", "2", "--seconds", "2", "--bases", "1"]
+FORMATS = ("webdataset", "robomimic", "lerobot")
+EXPORTS = {  # registry name of each export a release reads -> its exporter
+    "egosmith_shards": "egosmith",
+    "holos_hdf5": "holos",
+    "ceres_episode": "ceres",
+}
+
+
+def _base_exports(root: Path, bases: int, seconds: float) -> list[dict[str, Path]]:
+    """Real exports of ``bases`` synthetic WebXR captures: per base, format -> path."""
+    from ego_assets import pipeline
+    from ego_assets.exports.ceres import CeresExporter
+    from ego_assets.exports.egosmith import EgoSmithExporter
+    from ego_assets.exports.holos import HolosExporter
+    from ego_assets.exports.run import export_capture
+    from ego_assets.storage import Storage
+    from ego_assets.synth import synthesize
+
+    storage = Storage(root)
+    out = []
+    for index in range(bases):
+        key = f"base-{index}"
+        synthesize("webxr", root / "landing" / key, seconds=seconds, seed=index, capture_id=key)
+        pipeline.ingest_raw(storage, key)
+        pipeline.normalize(storage, key)
+        pipeline.assess_quality(storage, key)
+        gate = pipeline.stored_gate(storage, key)
+        if gate is None or not gate.passed:
+            raise RuntimeError(f"base capture {key}: the gate did not pass")
+        for exporter in (EgoSmithExporter(), HolosExporter(), CeresExporter()):
+            export_capture(
+                storage, key, exporter, episode_index=index, gate_version=gate.data_version
+            )
+        paths = {}
+        for fmt in EXPORTS:
+            receipt = json.loads((root / "receipts" / fmt / f"{key}.json").read_text())
+            paths[fmt] = root / receipt["path"]
+        out.append(paths)
+    return out
+
+
+def _replicate(root: Path, base: dict[str, Path], key: str, index: int) -> dict[str, Any]:
+    """Per-episode exports of ``key`` linked from ``base``; format -> export record."""
+    from ego_assets.formats.ceres_lerobot import METADATA_FILE, shard_name
+
+    egosmith = root / "exports" / "egosmith" / key
+    holos = root / "exports" / "holos_hdf5" / key / f"{key}.h5"
+    ceres = root / "exports" / "ceres-lerobot-v3" / key / "shards" / shard_name(index)
+    targets = {"egosmith_shards": egosmith, "holos_hdf5": holos, "ceres_episode": ceres}
+    for fmt, target in targets.items():
+        source = base[fmt]
+        files = (
+            [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+        )
+        for path in files:
+            rel = path.relative_to(source) if source.is_dir() else None
+            dest = target / rel if rel is not None else target
+            if rel is not None and rel.as_posix() == METADATA_FILE:
+                doc = json.loads(path.read_text())
+                doc["episode"].update({"capture_key": key, "index": index, "id": key})
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_text(json.dumps(doc, indent=2))
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, dest)
+    return {
+        fmt: {
+            "path": target.relative_to(root).as_posix(),
+            "sha256": hashlib.sha256(f"{key}:{fmt}".encode()).hexdigest(),
+            "bytes": sum(
+                p.stat().st_size
+                for p in ([target] if target.is_file() else target.rglob("*"))
+                if p.is_file()
+            ),
+            "code_version": "bench",
+        }
+        for fmt, target in targets.items()
+    }
+
+
+def _episode(key: str, exports: dict[str, Any], rule: Any) -> Any:
+    from ego_assets.releases.select import ReleaseEpisode
+    from ego_assets.releases.spec import assign_split
+
+    return ReleaseEpisode(
+        capture_key=key,
+        split=assign_split(rule, key),
+        task="bench task",
+        source_kind="webxr",
+        device="bench device",
+        demonstrator="bench",
+        duration_s=None,
+        trajectory_digest=hashlib.sha256(key.encode()).hexdigest(),
+        gate={
+            "decision": "allowed",
+            "quality": "pass",
+            "policy_version": "bench",
+            "data_version": "bench",
+            "blocking_reasons": [],
+            "waived": False,
+            "waivers": [],
+        },
+        exports=exports,
+    )
+
+
+def _files(folder: Path) -> dict[str, os.stat_result]:
+    return {p.relative_to(folder).as_posix(): p.stat() for p in folder.rglob("*") if p.is_file()}
+
+
+def _copy_seconds(source: Path, target: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(["cp", "-r", str(source), str(target)], check=True)
+    seconds = time.perf_counter() - start
+    shutil.rmtree(target)
+    return seconds
+
+
+def run(episodes: int, added: int, seconds: float, bases: int, work: Path) -> dict[str, Any]:
+    """Build v1, copy it, build v2 and an unchanged v2; the figures (module docstring)."""
+    from ego_assets.releases.build import build_version
+    from ego_assets.releases.select import SelectionResult
+    from ego_assets.releases.spec import parse_spec
+    from ego_assets.storage import Storage
+
+    root = work / "data"
+    started = time.perf_counter()
+    base = _base_exports(root, bases, seconds)
+    spec = parse_spec(
+        {
+            "release": {"licence": "CC-BY-4.0", "formats": list(FORMATS)},
+            "split": {"seed": 0, "fractions": {"train": 0.9, "valid": 0.1}},
+        },
+        "bench",
+    )
+    every = [
+        _episode(key, _replicate(root, base[i % bases], key, 1000 + i), spec.split)
+        for i, key in ((i, f"bench-{i:06d}") for i in range(episodes + added))
+    ]
+    prepare_s = time.perf_counter() - started
+    storage = Storage(root)
+
+    copy_before = _copy_seconds(root / "exports", work / "exports-copy")  # warm the cache
+    start = time.perf_counter()
+    first = build_version(storage, spec, SelectionResult(every[:episodes]))
+    build_s = time.perf_counter() - start
+    copy_s = [_copy_seconds(first.path, work / "v1-copy") for _ in range(2)]
+    v1 = _files(first.path)
+    v1_bytes = sum(st.st_size for st in v1.values())
+
+    start = time.perf_counter()
+    second = build_version(storage, spec, SelectionResult(every))
+    incremental_s = time.perf_counter() - start
+    v2 = _files(second.path)
+    inodes = {(st.st_ino, st.st_dev) for st in v1.values()}
+    fresh = {p: st.st_size for p, st in v2.items() if (st.st_ino, st.st_dev) not in inodes}
+    v2_bytes = sum(st.st_size for st in v2.values())
+    per_format = {}
+    for fmt in (*FORMATS, "other"):
+        inside = (
+            [p for p in v2 if p.split("/")[0] == fmt]
+            if fmt != "other"
+            else [p for p in v2 if p.split("/")[0] not in FORMATS]
+        )
+        total = sum(v2[p].st_size for p in inside)
+        per_format[fmt] = {
+            "bytes": total,
+            "written": sum(fresh.get(p, 0) for p in inside),
+            "ratio": sum(fresh.get(p, 0) for p in inside) / total if total else 0.0,
+        }
+
+    start = time.perf_counter()
+    again = build_version(storage, spec, SelectionResult(every))
+    unchanged_s = time.perf_counter() - start
+    copy_mean = sum(copy_s) / len(copy_s)
+    return {
+        "episodes": episodes,
+        "added": added,
+        "seconds_per_episode": seconds,
+        "bases": bases,
+        "prepare_s": prepare_s,
+        "exports_copy_s": copy_before,
+        "v1_files": len(v1),
+        "v1_bytes": v1_bytes,
+        "build_s": build_s,
+        "copy_s": copy_mean,
+        "ratio_vs_copy": build_s / copy_mean,
+        "v2_files": len(v2),
+        "v2_bytes": v2_bytes,
+        "v2_written_bytes": sum(fresh.values()),
+        "v2_written_files": len(fresh),
+        "incremental_s": incremental_s,
+        "incremental_bytes_ratio": sum(fresh.values()) / v2_bytes,
+        "incremental_by_format": per_format,
+        "unchanged_s": unchanged_s,
+        "unchanged_written": int(again.written),
+        "load_average_1m": os.getloadavg()[0],
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench release", description=__doc__)
+    parser.add_argument("--episodes", type=int, default=10_000, help="episodes of v1")
+    parser.add_argument("--added", type=int, default=100, help="episodes v2 adds")
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of each capture, s")
+    parser.add_argument("--bases", type=int, default=2, help="real captures replicated")
+    parser.add_argument("--work", type=Path, help="work folder (default: a temporary one)")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    with tempfile.TemporaryDirectory(prefix="bench-release-", dir=args.work) as tmp:
+        result = run(args.episodes, args.added, args.seconds, args.bases, Path(tmp))
+    rows = [
+        ("episodes (v1) + added (v2)", f"{result['episodes']} + {result['added']}"),
+        ("v1 files / bytes", f"{result['v1_files']} / {result['v1_bytes'] / 1e6:.1f} MB"),
+        ("v1 build", f"{result['build_s']:.1f} s"),
+        ("cp -r of v1", f"{result['copy_s']:.1f} s"),
+        ("ratio_vs_copy (target <= 2)", f"{result['ratio_vs_copy']:.2f}"),
+        ("v2 build", f"{result['incremental_s']:.1f} s"),
+        (
+            "v2 written / v2 bytes",
+            f"{result['v2_written_bytes'] / 1e6:.1f} / {result['v2_bytes'] / 1e6:.1f} MB "
+            f"in {result['v2_written_files']} files",
+        ),
+        ("incremental_bytes_ratio (<= 0.05)", f"{result['incremental_bytes_ratio']:.4f}"),
+        *(
+            (f"  {fmt} written / bytes", f"{v['ratio']:.4f} of {v['bytes'] / 1e6:.1f} MB")
+            for fmt, v in result["incremental_by_format"].items()
+        ),
+        (
+            "unchanged build",
+            f"{result['unchanged_s']:.1f} s, written {result['unchanged_written']}",
+        ),
+        ("load average (1 min)", f"{result['load_average_1m']:.2f}"),
+    ]
+    report(name_value_table(rows), result, args.json)
+    return 0
