@@ -105,15 +105,13 @@ def _wait(what: str, done: Any, ceiling: float = CEILING_S) -> None:
 
 
 def _finished_runs(instance: Any, keys: list[str]) -> dict[str, Any]:
-    """Finished capture runs of ``keys`` by partition key."""
+    """Finished capture runs of ``keys`` by capture key (a packed run covers several)."""
     import dagster as dg
 
+    from ego_assets.defs.partitions import run_captures
+
     runs = instance.get_runs(filters=dg.RunsFilter(job_name="capture_job"))
-    return {
-        r.tags.get("dagster/partition"): r
-        for r in runs
-        if r.tags.get("dagster/partition") in keys and r.is_finished
-    }
+    return {key: r for r in runs if r.is_finished for key in run_captures(r.tags) if key in keys}
 
 
 def _split(instance: Any, run_id: str) -> dict[str, float]:

@@ -17,15 +17,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
+import sqlalchemy
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 from dagster._core.definitions.events import AssetKeyPartitionKey
 from dagster._core.execution.backfill import PartitionBackfill
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
-from dagster._core.storage.tags import PARTITION_NAME_TAG, PARTITION_SET_TAG
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+    PARTITION_SET_TAG,
+)
 from dagster._core.utils import make_new_backfill_id
 
 __all__ = [
+    "ASSET_PARTITION_RANGE_END_TAG",
+    "ASSET_PARTITION_RANGE_START_TAG",
     "PARTITION_NAME_TAG",
     "PARTITION_SET_TAG",
     "PRIVATE_NAMES",
@@ -33,6 +41,8 @@ __all__ = [
     "WorkerStatus",
     "add_partition_metadata",
     "asset_partitions_run_request",
+    "dynamic_partitions_after",
+    "dynamic_partitions_mark",
     "insert_dynamic_partitions_postgres",
     "instance_at",
     "launch_asset_backfill",
@@ -81,11 +91,28 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("dagster._core.launcher.CheckRunHealthResult", ("status", "msg"), "(re-export)"),
     ("dagster._core.launcher.WorkerStatus", ("RUNNING", "FAILED", "UNKNOWN"), "(re-export)"),
     ("dagster._core.storage.tags.PARTITION_NAME_TAG", (), "(re-export)"),
+    ("dagster._core.storage.tags.ASSET_PARTITION_RANGE_START_TAG", (), "(re-export)"),
+    ("dagster._core.storage.tags.ASSET_PARTITION_RANGE_END_TAG", (), "(re-export)"),
     ("dagster._core.storage.tags.PARTITION_SET_TAG", (), "(re-export)"),
     (
         "dagster._core.storage.event_log.schema.DynamicPartitionsTable",
         ("c.partitions_def_name", "c.partition"),
         "insert_dynamic_partitions_postgres",
+    ),
+    (
+        "dagster._core.storage.event_log.schema.DynamicPartitionsTable",
+        ("c.id", "c.partitions_def_name", "c.partition"),
+        "dynamic_partitions_mark, dynamic_partitions_after",
+    ),
+    (
+        "dagster._core.storage.event_log.sql_event_log.SqlEventLogStorage.index_connection",
+        (),
+        "dynamic_partitions_mark, dynamic_partitions_after",
+    ),
+    (
+        "dagster._core.storage.event_log.sql_event_log.SqlEventLogStorage._check_partitions_table",
+        ("self",),
+        "dynamic_partitions_mark",
     ),
     (
         "dagster_postgres.event_log.event_log.PostgresEventLogStorage._check_partitions_table",
@@ -185,6 +212,43 @@ def insert_dynamic_partitions_postgres(
             postgresql.insert(DynamicPartitionsTable).values(values).on_conflict_do_nothing()
         )
     return True
+
+
+def dynamic_partitions_mark(instance: dg.DagsterInstance) -> int | None:
+    """The newest dynamic partition's row id over every definition (0: none yet); None when
+    the event log is not SQL storage (the caller then treats every key as registered
+    before). Keys registered after it are `dynamic_partitions_after` this mark."""
+    from dagster._core.storage.event_log.schema import DynamicPartitionsTable
+    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+
+    storage = instance.event_log_storage
+    if not isinstance(storage, SqlEventLogStorage):
+        return None
+    storage._check_partitions_table()
+    query = sqlalchemy.select(sqlalchemy.func.max(DynamicPartitionsTable.c.id))
+    with storage.index_connection() as conn:
+        return int(conn.execute(query).scalar() or 0)
+
+
+def dynamic_partitions_after(
+    instance: dg.DagsterInstance, mark: int, names: Sequence[str]
+) -> list[tuple[str, str]]:
+    """(definition name, key) of every partition of the definitions ``names`` registered
+    after ``mark`` (`dynamic_partitions_mark`), in registration order: one indexed query
+    (row id > mark), whatever the number registered before."""
+    from dagster._core.storage.event_log.schema import DynamicPartitionsTable
+    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+
+    storage = instance.event_log_storage
+    assert isinstance(storage, SqlEventLogStorage), "dynamic_partitions_mark said SQL storage"
+    table = DynamicPartitionsTable.c
+    query = (
+        sqlalchemy.select(table.partitions_def_name, table.partition)
+        .where(table.id > mark, table.partitions_def_name.in_(list(names)))
+        .order_by(table.id)
+    )
+    with storage.index_connection() as conn:
+        return [(str(name), str(key)) for name, key in conn.execute(query).fetchall()]
 
 
 def postgres_run_storage_connection(

@@ -18,7 +18,12 @@ from ego_assets.defs.capture_location import build_assets, storage_from_env
 from ego_assets.defs.episodes import apply_run_worker_env
 from ego_assets.defs.executors import executor_from_env
 from ego_assets.defs.imports import ImportSource, build_import_sensor, import_sources_from_env
-from ego_assets.defs.partitions import all_sets, configured_sets
+from ego_assets.defs.partitions import (
+    DEFAULT_CAPTURES_PER_RUN,
+    all_sets,
+    captures_per_run_from_env,
+    configured_sets,
+)
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.sensors import (
     DEFAULT_SENSOR_INTERVAL_S,
@@ -41,12 +46,14 @@ def build_defs(
     sets: int | None = None,
     import_sources: tuple[ImportSource, ...] = (),
     catalog: bool = True,
+    captures_per_run: int = DEFAULT_CAPTURES_PER_RUN,
 ) -> dg.Definitions:
     """Definitions with the given storage (tests and the demo pass their own) over
     ``sets`` capture sets (default ``EGO_CAPTURE_SETS``), with one import sensor per
     ``import_sources`` entry (`ego_assets.defs.imports`); with ``catalog``, merged with
     the catalog code location's (`ego_assets.catalog_definitions`: the whole workspace
-    in one process, as the demo runs it)."""
+    in one process, as the demo runs it); the landing sensor packs up to
+    ``captures_per_run`` captures of a tick per run."""
     n = configured_sets() if sets is None else sets
     # Without a deployment executor, capture and export runs execute their steps in the
     # run worker: the multiprocess default would load the code location again for every
@@ -58,7 +65,7 @@ def build_defs(
         assets=assets,
         jobs=[*capture_jobs, *export_jobs],
         sensors=[
-            build_landing_sensor(sensor_interval, n, capture_jobs),
+            build_landing_sensor(sensor_interval, n, capture_jobs, captures_per_run),
             build_stale_code_sensor(n),
             *(build_import_sensor(source) for source in import_sources),
         ],
@@ -75,12 +82,14 @@ def build_defs(
 @dg.definitions
 def defs() -> dg.Definitions:
     """Storage from EGO_DATA_DIR / EGO_LANDING_DIR / EGO_S3_ENDPOINT_URL, sensor interval from
-    EGO_SENSOR_INTERVAL_S, capture sets from EGO_CAPTURE_SETS, import sources from
-    EGO_IMPORT_SOURCES (all read at load); no catalog (its own code location)."""
+    EGO_SENSOR_INTERVAL_S, capture sets from EGO_CAPTURE_SETS, captures per packed run from
+    EGO_CAPTURES_PER_RUN, import sources from EGO_IMPORT_SOURCES (all read at load); no
+    catalog (its own code location)."""
     return build_defs(
         storage_from_env(os.environ),
         sensor_interval_s(os.environ),
         executor_from_env(os.environ),
         import_sources=import_sources_from_env(os.environ),
         catalog=False,
+        captures_per_run=captures_per_run_from_env(os.environ),
     )

@@ -5,6 +5,7 @@ import dagster as dg
 
 from ego_assets.capture.manifest import write_marker
 from ego_assets.definitions import build_defs
+from ego_assets.defs.partitions import DEFAULT_CAPTURES_PER_RUN, run_captures
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.sensors import MAX_CAPTURES_PER_TICK, landing_sensor
 
@@ -28,7 +29,11 @@ def _evaluate(tmp_path, instance, cursor=None):
     return landing_sensor(context), context
 
 
-def test_sensor_registers_complete_captures_and_requests_one_run_each(tmp_path):
+def _captures(requests) -> list[str]:
+    return [key for r in requests for key in run_captures(r.tags)]
+
+
+def test_sensor_registers_complete_captures_and_packs_them_into_one_run(tmp_path):
     base = time.time() - 60
     _land(tmp_path / "landing", "cap-b", base)
     _land(tmp_path / "landing", "cap-a", base + 1)
@@ -36,21 +41,32 @@ def test_sensor_registers_complete_captures_and_requests_one_run_each(tmp_path):
     with dg.instance_for_test() as instance:
         result, _ = _evaluate(tmp_path, instance)
         assert isinstance(result, dg.SensorResult)
-        assert [r.partition_key for r in result.run_requests] == ["cap-b", "cap-a"]
-        assert [r.run_key for r in result.run_requests] == ["cap-b", "cap-a"]
+        # one ranged run over the tick's captures, in landing (= registration) order
+        (request,) = result.run_requests
+        assert request.partition_key is None and request.run_key == "cap-b...cap-a"
+        assert dict(request.tags) == {
+            "dagster/asset_partition_range_start": "cap-b",
+            "dagster/asset_partition_range_end": "cap-a",
+            "ego/packed": "2",
+            "ego/captures": "cap-b,cap-a",
+        }
         # registered by the sensor itself, in one insert, in landing order
         assert not result.dynamic_partitions_requests
         assert instance.get_dynamic_partitions("captures") == ["cap-b", "cap-a"]
-        # the tags Dagster's own resolution would give the partitioned run
-        # Resolving the job reads Dagster's definitions state through the current instance;
+        again, _ = _evaluate(tmp_path, instance, cursor=result.cursor)
+        assert isinstance(again, dg.SkipReason)
+        # a tick with one capture: a single-capture run, tagged as Dagster's own
+        # resolution would tag the partitioned run
+        _land(tmp_path / "landing", "cap-c", time.time() - 1)
+        lone, _ = _evaluate(tmp_path, instance, cursor=result.cursor)
+        (single,) = lone.run_requests
+        assert (single.partition_key, single.run_key) == ("cap-c", "cap-c")
+    # Resolving the job reads Dagster's definitions state through the current instance;
     # a test instance makes that independent of instances other tests left behind.
     with dg.instance_for_test():
         job = build_defs(StorageResource(root=str(tmp_path))).resolve_job_def("capture_job")
-        for request in result.run_requests:
-            expected = job.get_tags_for_partition_key(request.partition_key, None)
-            assert dict(request.tags) == dict(expected)
-        again, _ = _evaluate(tmp_path, instance, cursor=result.cursor)
-        assert isinstance(again, dg.SkipReason)
+        expected = job.get_tags_for_partition_key(single.partition_key, None)
+        assert dict(single.tags) == dict(expected)
 
 
 def test_sensor_is_bounded_per_tick(tmp_path):
@@ -59,9 +75,10 @@ def test_sensor_is_bounded_per_tick(tmp_path):
         _land(tmp_path / "landing", f"cap-{i:04d}", base + i)
     with dg.instance_for_test() as instance:
         first, _ = _evaluate(tmp_path, instance)
-        assert len(first.run_requests) == MAX_CAPTURES_PER_TICK
+        assert len(_captures(first.run_requests)) == MAX_CAPTURES_PER_TICK
+        assert len(first.run_requests) == -(-MAX_CAPTURES_PER_TICK // DEFAULT_CAPTURES_PER_RUN)
         second, _ = _evaluate(tmp_path, instance, cursor=first.cursor)
-        assert [r.partition_key for r in second.run_requests] == [
+        assert _captures(second.run_requests) == [
             f"cap-{i:04d}" for i in range(MAX_CAPTURES_PER_TICK, MAX_CAPTURES_PER_TICK + 3)
         ]
 
@@ -102,7 +119,7 @@ def _tick_statements(tmp_path, instance, cursor, landed: list[str]) -> tuple[int
         instance.get_runs(
             filters=RunsFilter(tags={SENSOR_NAME_TAG: landing_sensor.name, RUN_KEY_TAG: keys})
         )
-    assert keys == landed
+    assert _captures(data.run_requests) == landed
     assert not data.dynamic_partitions_requests  # nothing left for the daemon to check per key
     return len(statements), data.cursor
 
@@ -118,7 +135,9 @@ def test_tick_queries_do_not_grow_with_registered_captures(tmp_path):
             counts.append(count)
             assert len(instance.get_dynamic_partitions("captures")) == registered + 20
     assert counts[0] == counts[1]
-    assert counts[0] <= 10  # a bulk insert and the run-key lookup, not one query per key
+    # a bulk insert, two queries to pack, the failed packed runs (none) and the run-key
+    # lookup, not one query per key
+    assert counts[0] <= 13
 
 
 def test_a_landed_capture_runs_every_per_capture_asset_all_three_exports_included(tmp_path):
@@ -171,17 +190,18 @@ def test_three_sets_register_per_set_and_run_each_sets_job(tmp_path):
                     filters=RunsFilter(tags={SENSOR_NAME_TAG: "landing_sensor", RUN_KEY_TAG: new})
                 )
             counts.append(len(statements))
-            assert [r.run_key for r in data.run_requests] == new
+            assert sorted(_captures(data.run_requests)) == new
+            # one packed run per set: its captures, in landing order, all of that set
+            assert len(data.run_requests) == 3
             for request in data.run_requests:
-                where = partition_for_capture(request.run_key, 3)
-                assert request.job_name == where.capture_set.job_name("capture_job")
-                assert instance.has_dynamic_partition(where.partitions_name, request.run_key)
+                keys = run_captures(request.tags)
+                assert keys == [k for k in new if k in keys]
+                for key in keys:
+                    where = partition_for_capture(key, 3)
+                    assert request.job_name == where.capture_set.job_name("capture_job")
+                    assert instance.has_dynamic_partition(where.partitions_name, key)
+                assert request.run_key == f"{keys[0]}...{keys[-1]}"
             jobs = {r.job_name for r in data.run_requests}
             assert jobs == {"capture_job", "capture_job_s001", "capture_job_s002"}
-            # the tags Dagster's own resolution would give each set's partitioned run
-            for request in data.run_requests[:6]:
-                job = defs.resolve_job_def(request.job_name)
-                expected = job.get_tags_for_partition_key(request.partition_key, None)
-                assert dict(expected).items() <= dict(request.tags).items()  # + sensor name
     assert counts[0] == counts[1]
-    assert counts[0] <= 14  # one insert per set and the run-key lookup
+    assert counts[0] <= 17  # one insert per set, two to pack, the run-key lookup

@@ -5,7 +5,8 @@
    sample (its known 53 s gap) to show the waiver mechanism; the sample stays blocked
    by its other failing metrics.
 2. Evaluates the landing sensor against the instance, registers the partitions it asks
-   for and runs ``capture_job`` for each run request whose run key has no run yet, tagged
+   for and runs ``capture_job`` for each capture whose run key has no run yet (a packed
+   request is run capture by capture here: `unpacked`), tagged
    exactly as the sensor daemon tags its runs (``dagster/run_key``,
    ``dagster/sensor_name``). The daemon skips a run key that already has a run of its
    sensor, so ``make dev`` afterwards re-runs none of the demo's captures: one path.
@@ -43,7 +44,13 @@ from ego_assets.catalog.cli import run_catalog
 from ego_assets.catalog.warehouse import published_problem
 from ego_assets.dagster_compat import instance_at
 from ego_assets.definitions import build_defs
-from ego_assets.defs.partitions import CAPTURE_JOB, all_sets
+from ego_assets.defs.partitions import (
+    CAPTURE_JOB,
+    PACKED_TAG,
+    all_sets,
+    capture_run_request,
+    run_captures,
+)
 from ego_assets.defs.resources import StorageResource
 from ego_assets.defs.runs import (
     RUN_KEY_TAG,
@@ -159,6 +166,16 @@ def pending_requests(
     return out
 
 
+def unpacked(request: dg.RunRequest) -> list[dg.RunRequest]:
+    """A packed run request as one single-capture request per capture (run key = capture
+    key). The demo runs captures in its own process, where a run costs well under a
+    second, so packing saves little there, and single runs keep its per-capture run keys:
+    a second demo, or ``make dev``'s daemon afterwards, skips every capture already run."""
+    if PACKED_TAG not in (request.tags or {}):
+        return [request]
+    return [capture_run_request(key) for key in run_captures(request.tags)]
+
+
 @dataclass(frozen=True, slots=True)
 class Tick:
     """What one `landing_tick` did: the requests it ran, the first error of each failed
@@ -189,7 +206,8 @@ def landing_tick(
         for add in result.dynamic_partitions_requests or []:
             name = str(add.partitions_def_name)
             instance.add_dynamic_partitions(name, list(add.partition_keys or []))
-        requests = pending_requests(instance, result.run_requests or [], landing_sensor.name)
+        singles = [one for request in result.run_requests or [] for one in unpacked(request)]
+        requests = pending_requests(instance, singles, landing_sensor.name)
     failures: dict[str, str] = {}
     bar = tqdm(
         requests,

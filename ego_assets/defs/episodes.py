@@ -3,7 +3,18 @@
 Assets call `run_each` with a plain function ``step(key) -> StepResult``. A failing
 capture is logged with its error and the others still complete (their outputs are
 written straight through the storage resource); the step then fails naming every bad
-capture, so the chunk is retried and the good captures are reused, not recomputed.
+capture (``failed_captures`` metadata: key -> error), so the good captures are reused,
+not recomputed, when they run again.
+
+In a ranged run (a backfill chunk, or a landing tick's packed run) the good captures of a
+failing step are recorded before it fails: one ``AssetMaterialization`` per good capture,
+with its own metadata and content hash, and none for the bad ones. Dagster 1.13 cannot
+do this with the step's output: a yielded output (``MaterializeResult``) records *every*
+partition of the range, and a step that yields no output skips everything downstream of
+it in the run. So the step yields no output and fails; the steps downstream of it do not
+run in this run, the bad captures' partitions are failed (planned in a failed run, never
+materialized), and the landing sensor requests the good ones again in a follow-up run
+(`ego_assets.defs.sensors`), where the steps already done are reused.
 
 A capture that an exporter's gate blocks (`ExportBlockedError`, the export policy said
 no) is not a failure: it is logged, left unwritten and recorded as blocked, see below.
@@ -74,9 +85,10 @@ def apply_run_worker_env(environ: MutableMapping[str, str]) -> None:
 
 
 DATA_VERSION_TAG = "dagster/data_version"
+CODE_VERSION_TAG = "dagster/code_version"
 BLOCKED = "blocked"
 
-AssetEvent = dg.MaterializeResult
+AssetEvent = dg.MaterializeResult | dg.AssetMaterialization
 
 
 def step_metadata(result: StepResult) -> dict[str, Any]:
@@ -86,10 +98,34 @@ def step_metadata(result: StepResult) -> dict[str, Any]:
     return md
 
 
-def run_each(
-    context: dg.AssetExecutionContext, step: Callable[[str], StepResult]
-) -> dict[str, StepResult]:
-    """Apply ``step`` to every partition key of the run; see the module docstring."""
+FAILED_CAPTURES = "failed_captures"  # step failure metadata: capture key -> error
+
+
+class StepResults(dict[str, StepResult]):
+    """The good captures' results of one step, by key; ``failures`` holds the bad ones'
+    errors (ranged runs only: `materialize_result` records the good ones, then fails)."""
+
+    failures: dict[str, str]
+
+    def __init__(self, results: dict[str, StepResult], failures: dict[str, str]) -> None:
+        super().__init__(results)
+        self.failures = failures
+
+
+def _failure(failures: dict[str, str], total: int) -> dg.Failure:
+    listed = "; ".join(f"{k}: {v}" for k, v in failures.items())
+    return dg.Failure(
+        description=f"{len(failures)} of {total} captures failed: {listed}",
+        metadata={FAILED_CAPTURES: dg.MetadataValue.json(failures)},
+    )
+
+
+def run_each(context: dg.AssetExecutionContext, step: Callable[[str], StepResult]) -> StepResults:
+    """Apply ``step`` to every partition key of the run; see the module docstring.
+
+    Single-capture run: a failing capture fails the step here. Ranged run: the failures
+    are returned with the good results (`StepResults.failures`) for `materialize_result`.
+    """
     keys = list(context.partition_keys)
     results: dict[str, StepResult] = {}
     failures: dict[str, str] = {}
@@ -105,12 +141,9 @@ def run_each(
     if failures:
         for key, result in results.items():
             context.log.info(f"capture {key}: done ({result.data_version})")
-        listed = "; ".join(f"{k}: {v}" for k, v in failures.items())
-        raise dg.Failure(
-            description=f"{len(failures)} of {len(keys)} captures failed: {listed}",
-            metadata={"failed_captures": dg.MetadataValue.json(failures)},
-        )
-    return results
+        if not context.has_partition_key_range:
+            raise _failure(failures, len(keys))
+    return StepResults(results, failures)
 
 
 def materialize_result(
@@ -125,6 +158,10 @@ def materialize_result(
         key: {**(extra(key) if extra and r.data_version != BLOCKED else {}), **step_metadata(r)}
         for key, r in results.items()
     }
+    failures = getattr(results, "failures", None)
+    if failures:
+        yield from _record_good_captures(context, results, metadata)
+        raise _failure(failures, len(results) + len(failures))
     if len(results) == 1 and not context.has_partition_key_range:
         ((key, result),) = results.items()
         if result.data_version == BLOCKED and _output_optional(context):
@@ -138,6 +175,23 @@ def materialize_result(
     for key, md in metadata.items():
         add_partition_metadata(context, key, md)
     yield dg.MaterializeResult(check_results=list(check_results))
+
+
+def _record_good_captures(
+    context: dg.AssetExecutionContext,
+    results: dict[str, StepResult],
+    metadata: dict[str, dict[str, Any]],
+) -> Iterator[dg.AssetMaterialization]:
+    """One materialization per good capture of a ranged step that fails (no output: see
+    the module docstring), tagged with its content hash and the asset's code version."""
+    code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
+    for key, result in results.items():
+        tags = {DATA_VERSION_TAG: result.data_version}
+        if code_version:
+            tags[CODE_VERSION_TAG] = code_version
+        yield dg.AssetMaterialization(
+            asset_key=context.asset_key, partition=key, metadata=metadata[key], tags=tags
+        )
 
 
 def _output_optional(context: dg.AssetExecutionContext) -> bool:

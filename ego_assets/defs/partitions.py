@@ -23,15 +23,19 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
 
 from ego_assets.capture_sets import capture_set, capture_sets_from_env, set_prefix
 from ego_assets.dagster_compat import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
     PARTITION_NAME_TAG,
     PARTITION_SET_TAG,
+    dynamic_partitions_after,
+    dynamic_partitions_mark,
     insert_dynamic_partitions_postgres,
 )
 from ego_assets.keys import validate_capture_key
@@ -39,6 +43,11 @@ from ego_assets.keys import validate_capture_key
 CAPTURES_PARTITIONS_NAME = "captures"
 captures_partitions = dg.DynamicPartitionsDefinition(name=CAPTURES_PARTITIONS_NAME)
 CAPTURE_JOB = "capture_job"
+# Captures per packed run (`packed_run_requests`): ``EGO_CAPTURES_PER_RUN``, default 16.
+CAPTURES_PER_RUN_ENV = "EGO_CAPTURES_PER_RUN"
+DEFAULT_CAPTURES_PER_RUN = 16
+PACKED_TAG = "ego/packed"  # on a packed run: how many captures it runs
+CAPTURES_TAG = "ego/captures"  # on a packed run: its capture keys, comma-separated, in order
 
 # Keys per page when the platform walks the registered captures (stale-code sensor,
 # migration): one bounded query per page.
@@ -179,6 +188,108 @@ def _insert_postgres(instance: dg.DagsterInstance, by_set: dict[CaptureSet, list
     """
     rows = [(cs.partitions_name, key) for cs, members in by_set.items() for key in members]
     return insert_dynamic_partitions_postgres(instance, rows)
+
+
+def captures_per_run_from_env(environ: Mapping[str, str]) -> int:
+    """``EGO_CAPTURES_PER_RUN``: captures per packed run (whole number >= 1; empty: 16)."""
+    text = environ.get(CAPTURES_PER_RUN_ENV, "").strip()
+    if not text:
+        return DEFAULT_CAPTURES_PER_RUN
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{CAPTURES_PER_RUN_ENV} must be a whole number >= 1: {text!r}")
+    return int(text)
+
+
+def register_captures_packed(
+    instance: dg.DagsterInstance,
+    capture_keys: Sequence[str],
+    sets: int | None = None,
+    per_run: int = DEFAULT_CAPTURES_PER_RUN,
+) -> list[dg.RunRequest]:
+    """`register_captures`, then the run requests for them: the captures this call
+    registered, per set, in runs of up to ``per_run`` contiguous partitions
+    (`packed_run_request`); a capture registered before (by the demo, the CLI, an earlier
+    tick whose cursor was reset) gets its own single-capture run as before, whose run key
+    (the capture key) the daemon skips when it already ran.
+
+    Two more queries, whatever the number registered: the newest row id before the insert
+    and the rows after it (`dynamic_partitions_after`), which also prove the packed
+    captures contiguous (a key another process registered in between splits a run).
+    """
+    keys = [validate_capture_key(k) for k in capture_keys]
+    mark = dynamic_partitions_mark(instance)
+    register_captures(instance, keys, sets)
+    by_set = group_by_set(keys, sets)
+    new: list[tuple[str, str]] = []
+    if mark is not None:
+        new = dynamic_partitions_after(instance, mark, [cs.partitions_name for cs in by_set])
+    order = {key: i for i, key in enumerate(keys)}
+    requests: list[tuple[int, dg.RunRequest]] = []
+    for cs, members in by_set.items():
+        mine = set(members)
+        rows = [key for name, key in new if name == cs.partitions_name]
+        packed: set[str] = set()
+        for run in _contiguous(rows, mine):
+            for start in range(0, len(run), per_run):
+                chunk = run[start : start + per_run]
+                packed.update(chunk)
+                requests.append((order[chunk[0]], packed_run_request(cs, chunk)))
+        for key in members:
+            if key not in packed:
+                requests.append((order[key], packed_run_request(cs, [key])))
+    return [request for _, request in sorted(requests, key=lambda item: item[0])]
+
+
+def _contiguous(rows: Sequence[str], mine: set[str]) -> list[list[str]]:
+    """Maximal runs of consecutive ``rows`` (one definition's keys in registration order)
+    that are all in ``mine``."""
+    runs: list[list[str]] = [[]]
+    for key in rows:
+        if key in mine:
+            runs[-1].append(key)
+        elif runs[-1]:
+            runs.append([])
+    return [run for run in runs if run]
+
+
+def packed_run_request(
+    cs: CaptureSet,
+    keys: Sequence[str],
+    job: str = CAPTURE_JOB,
+    tags: Mapping[str, str] | None = None,
+) -> dg.RunRequest:
+    """One run of set ``cs``'s ``job`` over ``keys`` (contiguous in the set's partitions,
+    in registration order): a single-capture run for one key (run key = capture key, as
+    `capture_run_request`), else a ranged run (run key ``first...last``) tagged with the
+    partition range, `PACKED_TAG` and `CAPTURES_TAG`. Each capture's partitions are still
+    materialized one by one (`ego_assets.defs.episodes`)."""
+    if not keys:
+        raise ValueError("a packed run needs at least one capture")
+    job_name = cs.job_name(job)
+    if len(keys) == 1:
+        (key,) = keys
+        one = {PARTITION_NAME_TAG: key, PARTITION_SET_TAG: f"{job_name}_partition_set"}
+        return dg.RunRequest(
+            run_key=key, partition_key=key, tags={**one, **(tags or {})}, job_name=job_name
+        )
+    first, last = keys[0], keys[-1]
+    ranged = {
+        ASSET_PARTITION_RANGE_START_TAG: first,
+        ASSET_PARTITION_RANGE_END_TAG: last,
+        PACKED_TAG: str(len(keys)),
+        CAPTURES_TAG: ",".join(keys),
+    }
+    return dg.RunRequest(
+        run_key=f"{first}...{last}", tags={**ranged, **(tags or {})}, job_name=job_name
+    )
+
+
+def run_captures(tags: Mapping[str, str]) -> list[str]:
+    """The capture keys a capture run covers, from its tags (packed or single)."""
+    if CAPTURES_TAG in tags:
+        return [k for k in tags[CAPTURES_TAG].split(",") if k]
+    key = tags.get(PARTITION_NAME_TAG)
+    return [key] if key else []
 
 
 def capture_run_request(

@@ -3,26 +3,49 @@
 Each capture goes to its capture set (`ego_assets.defs.partitions`): registered in that
 set's partitions definition and run by that set's ``capture_job`` (``capture_job_s001``
 ...), so one tick costs one insert per set it touches, whatever the number registered.
+
+Packed runs: the captures one tick registers are contiguous in their set's partitions
+(dynamic keys keep insertion order), so they go in ranged runs of up to
+``EGO_CAPTURES_PER_RUN`` captures (default 16), one per set and chunk; a tick with one
+capture still gets a single-capture run. Each run is a process (default launcher) or a
+pod (`K8sRunLauncher`) that loads the code location, so packing shares that fixed cost.
+Every capture's partitions are still materialized one by one, and the run coordinator
+queues packed runs like any other.
+
+A capture that fails in a packed run: the failing step records the good captures and
+fails naming the bad ones (`ego_assets.defs.episodes`); the steps after it do not run in
+that run. The next ticks then request the good captures again (`follow_up_requests`), in
+runs of their own without the bad ones, which reuse what is done and export the rest.
+The bad captures stay failed, with the error naming capture and file on the failed run.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 
 import dagster as dg
 
 from ego_assets.capture_sets import PER_CAPTURE_ASSETS
+from ego_assets.defs.episodes import FAILED_CAPTURES
 from ego_assets.defs.partitions import (
     CAPTURE_JOB,
+    DEFAULT_CAPTURES_PER_RUN,
+    PACKED_TAG,
     SET0,
     CaptureSet,
     all_sets,
-    capture_run_request,
-    register_captures,
+    asset_name,
+    packed_run_request,
+    partition_for_capture,
+    register_captures_packed,
     resolve_sets,
+    run_captures,
 )
 from ego_assets.defs.resources import StorageResource
+from ego_assets.exports import registry
 from ego_assets.landing import scan_landing
 
 # Captures registered per tick: keeps each tick far below the 60 s sensor timeout.
@@ -31,6 +54,13 @@ MAX_CAPTURES_PER_TICK = 200
 # read when the definitions load. The daemon's sensor loop itself wakes every ~5 s.
 SENSOR_INTERVAL_ENV = "EGO_SENSOR_INTERVAL_S"
 DEFAULT_SENSOR_INTERVAL_S = 30
+SENSOR_NAME = "landing_sensor"
+SENSOR_NAME_TAG = "dagster/sensor_name"
+FOLLOW_UP_TAG = "ego/follow_up_of"  # on a run finishing a failed packed run's good captures
+# Failed packed runs looked at per tick: those updated in the last hour (one query); the
+# daemon skips a follow-up whose run key already ran, so asking again costs nothing.
+FOLLOW_UP_WINDOW_S = 3600.0
+FOLLOW_UP_MAX_RUNS = 100
 
 
 @functools.cache  # one definition per set and executor (the module-level one is set 0's)
@@ -64,59 +94,134 @@ def build_landing_sensor(
     interval_s: int = DEFAULT_SENSOR_INTERVAL_S,
     sets: int | None = None,
     jobs: list[dg.UnresolvedAssetJobDefinition] | None = None,
+    per_run: int = DEFAULT_CAPTURES_PER_RUN,
 ) -> dg.SensorDefinition:
     """`landing_sensor` ticking every ``interval_s`` seconds over ``sets`` capture sets
     (default ``EGO_CAPTURE_SETS``), requesting runs of each set's ``capture_job``
-    (``jobs``: those jobs, default built here)."""
+    (``jobs``: those jobs, default built here) of up to ``per_run`` captures each."""
     n = resolve_sets(sets)
     targets = jobs if jobs is not None else [build_capture_job(cs) for cs in all_sets(n)]
     return dg.sensor(
-        name="landing_sensor",
+        name=SENSOR_NAME,
         jobs=targets,
         minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             "Watches the landing zone: every complete capture (marker written) becomes a "
             "partition of its capture set (`captures`, `captures_s001`, ...; registered by "
-            "the sensor in one bulk insert per set) and one run of its set's capture_job "
-            "(run key = capture key, so a capture already run, e.g. by `make demo`, is never "
-            "run again)."
+            "the sensor in one bulk insert per set). The captures of one tick run in packed "
+            f"runs of their set's capture_job, up to {per_run} captures each "
+            "(EGO_CAPTURES_PER_RUN; run key first...last), each capture's partitions "
+            "materialized on their own; a capture registered before (e.g. by `make demo`) "
+            "gets a run of its own with run key = capture key, so it is never run again. "
+            "When a capture fails in a packed run, the next ticks run its good neighbours "
+            "again without it (tag ego/follow_up_of)."
         ),
-    )(_landing_sensor_over(n))
+    )(_landing_sensor_over(n, per_run))
 
 
-def _landing_sensor_over(sets: int) -> Callable[..., dg.SensorResult | dg.SkipReason]:
+def _landing_sensor_over(sets: int, per_run: int) -> Callable[..., dg.SensorResult | dg.SkipReason]:
     def landing_sensor(
         context: dg.SensorEvaluationContext, storage: StorageResource
     ) -> dg.SensorResult | dg.SkipReason:
-        return _landing_sensor(context, storage, sets)
+        return _landing_sensor(context, storage, sets, per_run)
 
     return landing_sensor
 
 
 def _landing_sensor(
-    context: dg.SensorEvaluationContext, storage: StorageResource, sets: int
+    context: dg.SensorEvaluationContext, storage: StorageResource, sets: int, per_run: int
 ) -> dg.SensorResult | dg.SkipReason:
-    """New complete captures in the landing zone -> partitions + one run request each.
+    """New complete captures in the landing zone -> partitions + packed run requests, and
+    the follow-ups of failed packed runs.
 
-    The daemon then drops requests whose run key already ran (one query over the new keys).
+    The daemon then drops requests whose run key already ran (one query over the keys).
     """
     scan = scan_landing(storage.get_storage(), context.cursor, MAX_CAPTURES_PER_TICK)
     for name in scan.rejected:
         context.log.warning(f"landing folder {name!r} is not a valid capture key; skipped")
-    if not scan.keys:
+    follow_ups = follow_up_requests(context.instance, sets, per_run, time.time())
+    if not scan.keys and not follow_ups:
         if scan.cursor != context.cursor:
             context.update_cursor(scan.cursor)
         return dg.SkipReason("no new complete captures")
     # O(new captures) in instance queries, whatever the number registered: one bulk insert
-    # per set here, and run requests that need no per-key existence check (see
-    # `register_captures`).
-    keys = register_captures(context.instance, scan.keys, sets)
-    context.log.info(f"registered {len(keys)} captures; {scan.pending} left for the next tick")
-    return dg.SensorResult(
-        run_requests=[capture_run_request(k, sets) for k in keys],
-        cursor=scan.cursor,
+    # per set here, two queries to pack, and run requests that need no per-key existence
+    # check (see `register_captures_packed`).
+    requests = register_captures_packed(context.instance, scan.keys, sets, per_run)
+    if scan.keys:
+        context.log.info(
+            f"registered {len(scan.keys)} captures in {len(requests)} runs; "
+            f"{scan.pending} left for the next tick"
+        )
+    return dg.SensorResult(run_requests=[*requests, *follow_ups], cursor=scan.cursor)
+
+
+def failed_captures(instance: dg.DagsterInstance, run_id: str) -> tuple[dict[str, str], bool]:
+    """The captures a failed run names (capture key -> error, from its failed steps'
+    ``failed_captures``) and whether a step *before* the exports failed (then the good
+    captures' later steps did not run). Empty when no step named captures (a crash)."""
+    failed: dict[str, str] = {}
+    upstream = False
+    exporters = set(registry.names())
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+        event = entry.dagster_event
+        data = event.step_failure_data if event is not None else None
+        user = data.user_failure_data if data is not None else None
+        value = user.metadata.get(FAILED_CAPTURES) if user is not None else None
+        if value is None or not isinstance(value.value, dict):
+            continue
+        failed.update({str(k): str(v) for k, v in value.value.items()})
+        step = str(event.step_key if event is not None else "")
+        upstream = upstream or asset_name(dg.AssetKey(step.split("__"))) not in exporters
+    return failed, upstream
+
+
+def follow_up_requests(
+    instance: dg.DagsterInstance, sets: int, per_run: int, now: float
+) -> list[dg.RunRequest]:
+    """Runs for the good captures of this sensor's packed runs that failed in the last
+    `FOLLOW_UP_WINDOW_S` on a step before the exports: the captures between the bad ones,
+    packed again (contiguous, so ranged runs still hold), each run tagged `FOLLOW_UP_TAG`.
+    One query for the runs, one per failed run for its step failures."""
+    records = instance.get_run_records(
+        dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.FAILURE],
+            tags={SENSOR_NAME_TAG: SENSOR_NAME},
+            updated_after=_utc(now - FOLLOW_UP_WINDOW_S),
+        ),
+        limit=FOLLOW_UP_MAX_RUNS,
     )
+    requests: list[dg.RunRequest] = []
+    for record in records:
+        run = record.dagster_run
+        keys = run_captures(run.tags)
+        if PACKED_TAG not in run.tags or len(keys) < 2:
+            continue
+        failed, upstream = failed_captures(instance, run.run_id)
+        if not failed or not upstream:
+            continue  # a crash (run retries handle it), or only exports failed
+        cs = partition_for_capture(keys[0], sets).capture_set
+        for group in _between(keys, failed):
+            for start in range(0, len(group), per_run):
+                chunk = group[start : start + per_run]
+                requests.append(packed_run_request(cs, chunk, tags={FOLLOW_UP_TAG: run.run_id}))
+    return requests
+
+
+def _between(keys: Sequence[str], bad: Mapping[str, str]) -> list[list[str]]:
+    """The runs of consecutive ``keys`` that are not in ``bad``."""
+    groups: list[list[str]] = [[]]
+    for key in keys:
+        if key in bad:
+            groups.append([])
+        else:
+            groups[-1].append(key)
+    return [g for g in groups if g]
+
+
+def _utc(epoch_s: float) -> datetime:
+    return datetime.fromtimestamp(epoch_s, UTC)
 
 
 landing_sensor = build_landing_sensor(sets=1)
