@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ego_assets.capture import read_capture
 from ego_assets.capture.files import CaptureFiles
 from ego_assets.capture.manifest import (
     MANIFEST_FILE,
@@ -26,16 +25,14 @@ from ego_assets.capture.manifest import (
     copy_capture,
     raw_capture_dir,
 )
-from ego_assets.quality.expectations import run_expectations
 from ego_assets.quality.gate import GATE_FILE, Gate
 from ego_assets.quality.policy import default_policy
-from ego_assets.quality.report import REPORT_VERSION, compute_report, write_report
+from ego_assets.quality.report import REPORT_VERSION
 from ego_assets.quality.thresholds import default_thresholds
-from ego_assets.quality.timeline import timeline_png
 from ego_assets.quality.waivers import read_waivers, waivers_digest, waivers_for
 from ego_assets.storage import Storage, write_file
 from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory, write_trajectory_files
-from ego_assets.viewer.recording import RECORDING_FILE, VIEWER_VERSION, build_recording
+from ego_assets.viewer import RECORDING_FILE, VIEWER_VERSION
 
 # 2: media_frames declare camera_axes; 3: the raw copy's capture files below capture/
 NORMALIZER_VERSION = "normalize-3"
@@ -94,6 +91,8 @@ def normalize(storage: Storage, key: str) -> StepResult:
     ):
         header = json.loads((storage.stage_path("trajectory", key) / CAPTURE_JSON).read_text())
         return StepResult(key, version, True, _trajectory_figures(header))
+    from ego_assets.capture import read_capture  # the readers: only when one reads
+
     with storage.read_dir(raw_capture_dir(raw)) as capture_dir:
         trajectory = read_capture(key, capture_dir)
     with storage.write_dir("trajectory", key, index_file=LINEAGE_FILE) as stage:
@@ -166,6 +165,12 @@ def assess_quality(storage: Storage, key: str) -> StepResult:
         gate = Gate.from_json((target / GATE_FILE).read_text())
         if gate.data_version == version:
             return StepResult(key, version, True, _gate_figures(gate))
+    # Rerun, pandas and GX take seconds to import: loaded by the first capture judged
+    from ego_assets.quality.expectations import run_expectations
+    from ego_assets.quality.report import compute_report, write_report
+    from ego_assets.quality.timeline import timeline_png
+    from ego_assets.viewer.recording import build_recording
+
     with storage.read_dir(source) as folder:
         trajectory = read_trajectory(folder)
     report = compute_report(trajectory)

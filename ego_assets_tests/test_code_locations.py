@@ -1,5 +1,6 @@
-"""The two code locations of workspace.yaml: capture runs load no dbt; together they hold
-the same assets, checks and jobs as the whole workspace built in one process."""
+"""The two code locations of workspace.yaml: capture runs load no dbt and none of the
+libraries only a step uses; together they hold the same assets, checks and jobs as the
+whole workspace built in one process."""
 
 from __future__ import annotations
 
@@ -17,15 +18,36 @@ from ego_assets.definitions import build_assets, build_defs
 from ego_assets.defs.resources import StorageResource
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("dbt", "dagster_dbt", "great_expectations", "duckdb")
+# What a capture run's load must not import (seconds each; a step imports what it uses):
+# the catalog's dbt and DuckDB, GX and pandas (expectations, LeRobot tables), Rerun (the
+# recording), SciPy (rotations), h5py (HDF5), PyAV (video), simplejpeg, webdataset, PIL, and
+# Dagster's backfill machinery (launching a backfill).
+HEAVY = (
+    "dbt",
+    "dagster_dbt",
+    "great_expectations",
+    "duckdb",
+    "pandas",
+    "rerun",
+    "scipy",
+    "h5py",
+    "av",
+    "simplejpeg",
+    "webdataset",
+    "PIL",
+    "dagster._core.execution.backfill",
+)
 
 
-def test_capture_location_loads_without_dbt_or_the_catalog(tmp_path: Path) -> None:
+def test_capture_location_loads_without_dbt_the_catalog_or_step_libraries(
+    tmp_path: Path,
+) -> None:
     code = (
         "import json, sys, ego_assets.definitions as d; "
         "defs = d.defs(); "
         "jobs = sorted(j.name for j in defs.resolve_all_job_defs()); "
-        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}); "
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r} "
+        f"or m in {HEAVY!r}); "
         "print(json.dumps({'heavy': heavy, 'jobs': jobs}))"
     )
     env = {**os.environ, "EGO_DATA_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}

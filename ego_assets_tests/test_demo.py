@@ -22,7 +22,7 @@ from ego_assets.pipeline import stored_gate
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.store import read_header
-from ego_assets.viewer.recording import RECORDING_FILE
+from ego_assets.viewer import RECORDING_FILE
 from ego_assets_tests.test_viewer import read_back
 from ego_assets_tests.waiting import CEILING_S
 

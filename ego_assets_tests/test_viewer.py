@@ -34,7 +34,8 @@ from ego_assets.quality.report import compute_report
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.store import write_trajectory
-from ego_assets.viewer.recording import RECORDING_FILE, RecordingSummary, build_recording
+from ego_assets.viewer import RECORDING_FILE
+from ego_assets.viewer.recording import RecordingSummary, build_recording
 from ego_assets.viewer.skeleton import chains
 from ego_assets_tests.processes import free_port
 

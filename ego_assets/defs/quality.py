@@ -32,7 +32,7 @@ from ego_assets.quality.gate import Gate
 from ego_assets.quality.report import REPORT_JSON, REPORT_PARQUET
 from ego_assets.quality.waivers import describe
 from ego_assets.storage import Storage
-from ego_assets.viewer.recording import RECORDING_FILE
+from ego_assets.viewer import RECORDING_FILE
 
 EXPORT_GATE_CHECK = "export_gate"
 GATE_TAG = "ego/gate"  # run tag: blocked when a capture of the run is blocked

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -244,6 +243,8 @@ def write_data(table: pa.Table, path: Path, row_groups: list[int] | None = None)
 
 def write_tasks(tasks: list[str] | tuple[str, ...], path: Path) -> None:
     """``meta/tasks.parquet``: pandas index ``task`` (the text), int64 ``task_index``."""
+    import pandas as pd
+
     path.parent.mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame(
         {"task_index": np.arange(len(tasks), dtype=np.int64)},

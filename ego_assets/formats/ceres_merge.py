@@ -36,9 +36,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -196,6 +194,8 @@ class _Writers:
 
     def append_video(self, src: Path, frames: int) -> tuple[tuple[int, int], int]:
         """Append ``src`` by stream copy; return its (chunk, file) and first frame there."""
+        import av
+
         size = src.stat().st_size
         with av.open(str(src)) as inp:
             ist = inp.streams.video[0]
@@ -292,6 +292,8 @@ def merge_shards(
     ``breaks`` and ``reuse``: see the module docstring (``reuse`` is ignored when the
     earlier merge chose another fps or camera shape).
     """
+    import pandas as pd
+
     infos = [json.loads((s / INFO_FILE).read_text()) for s in shards]
     if not shards:
         raise ValueError("no shards to merge")

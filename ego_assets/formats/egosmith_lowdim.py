@@ -33,7 +33,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.spatial.transform import Rotation
 
 from ego_assets.formats import egosmith_constants
 from ego_assets.trajectory.joints import FINGERTIPS, joint_map
@@ -232,6 +231,8 @@ def hand_at_frames(
     trajectory: Trajectory, side: str, frame_time: np.ndarray, video_period_s: float
 ) -> HandSeries:
     """Wrist, rotation and fingertips of one hand at each video frame time (seconds)."""
+    from scipy.spatial.transform import Rotation
+
     n = len(frame_time)
     stream = hand_stream(trajectory, side)
     if stream is None:

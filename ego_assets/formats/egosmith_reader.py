@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import simplejpeg
 
 from ego_assets.fileio import file_sha256
 from ego_assets.formats import egosmith_constants
@@ -112,6 +111,8 @@ def _npy(data: bytes) -> np.ndarray:
 
 def decode_sample(key: str, members: dict[str, bytes]) -> Sample:
     """Decode one sample's members; ValueError naming the member that fails."""
+    import simplejpeg
+
     missing = [ext for ext in egosmith_constants.REQUIRED_EXTENSIONS if ext not in members]
     if missing:
         raise ValueError(f"sample {key}: missing {', '.join(missing)}")

@@ -40,16 +40,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
-import av
 import numpy as np
-import simplejpeg
 
 from ego_assets.formats import egosmith_constants
 from ego_assets.formats.egosmith_lowdim import EpisodeArrays, HeadCamera, episode_arrays
 from ego_assets.progress import WRITE_TASK, report
 from ego_assets.trajectory.model import MediaRef, Trajectory
+
+if TYPE_CHECKING:
+    import av  # PyAV and simplejpeg are imported where used (a code location loads neither)
 
 FORMAT = "egosmith-webdataset"
 WRITER_VERSION = "egosmith-1"
@@ -208,6 +209,8 @@ def encode_jpeg(frame: av.VideoFrame, quality: int) -> bytes:
     the decoder's buffers and range-stretched (when limited) into this thread's scratch
     buffers; anything else goes through RGB.
     """
+    import simplejpeg
+
     name, h, w = frame.format.name, frame.height, frame.width
     if name in _PLANAR_FORMATS and frame.colorspace in _BT601 and h % 2 == 0 and w % 2 == 0:
         planes, work = _scratch(h, w)
@@ -250,6 +253,8 @@ def ordered_map(
 @contextmanager
 def decoded_frames(video: Path) -> Iterator[Iterator[av.VideoFrame]]:
     """The frames of the first video stream of ``video``, decoded on FFmpeg's threads."""
+    import av
+
     with av.open(str(video)) as container:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.spatial.transform import Rotation
 
 from ego_assets.trajectory.streams import Stream
 
@@ -207,6 +206,8 @@ def wrist_delta(pose: np.ndarray) -> np.ndarray:
     so the actions stay NaN-free (one NaN would spoil a whole action dimension's
     normalisation statistics in robomimic).
     """
+    from scipy.spatial.transform import Rotation
+
     n, width = pose.shape
     out = np.zeros((n, width))
     if width == 7:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import h5py
 import numpy as np
 
 from ego_assets.formats.holos_clock import (
@@ -60,6 +59,9 @@ from ego_assets.trajectory.joints import JOINT_SETS, WRIST
 from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.records import to_jsonable
 from ego_assets.trajectory.streams import Stream
+
+if TYPE_CHECKING:
+    import h5py  # imported where used: a code location defining assets loads no h5py
 
 # ------------------------------------------------------------------------ writing
 
@@ -426,6 +428,8 @@ class DemoSection(Section):
         points into this file (source file ``.``), so it costs no copy and survives a
         rename; the last row repeats the last sample.
         """
+        import h5py
+
         group = self.writer.group(f"{DEMO}/next_obs")
         for key in self.notes.obs:
             src = self.obs[key]

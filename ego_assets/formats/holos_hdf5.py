@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import h5py
 import numpy as np
 
 from ego_assets.fileio import atomic_output
@@ -37,6 +37,9 @@ from ego_assets.formats.holos_tracks import sort_tracks
 from ego_assets.formats.holos_writer import ExportNotes, H5Writer
 from ego_assets.progress import WRITE_TASK, report
 from ego_assets.trajectory.model import Trajectory
+
+if TYPE_CHECKING:
+    import h5py  # imported where used: a code location defining assets loads no h5py
 
 # ---------------------------------------------------------------------------- entry
 
@@ -58,6 +61,8 @@ def write_file(
         decode_frames: also write decoded video frames and ``obs/<camera>_frame_index``.
         history_time: ISO-8601 time for ``history`` (default: now, UTC).
     """
+    import h5py
+
     raw_dir = Path(raw_dir)
     notes = ExportNotes(trajectory.info.capture_id, trajectory.info.source_kind)
     notes.decode_frames = decode_frames
@@ -118,6 +123,8 @@ def notes_bytes(notes: ExportNotes) -> bytes:
 
 def read_opaque(ds: h5py.Dataset) -> tuple[str, bytes]:
     """(MIME tag, bytes) of a tagged opaque dataset (h5py cannot slice these)."""
+    import h5py
+
     tid = ds.id.get_type()
     buf = np.empty(ds.shape, dtype=f"V{tid.get_size()}")
     if ds.size:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import h5py
 import numpy as np
 
 from ego_assets.formats.holos_clock import (
@@ -274,6 +273,8 @@ class RawSection(Section):
 
 
 def _compound(rows: Sequence[tuple[Any, ...]], fields: list[tuple[str, Any]]) -> np.ndarray:
+    import h5py
+
     dtype = np.dtype(
         [(name, h5py.string_dtype() if kind is str else kind) for name, kind in fields]
     )

@@ -11,9 +11,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import h5py
 import numpy as np
 
 from ego_assets.formats.holos_clock import (
@@ -21,6 +20,9 @@ from ego_assets.formats.holos_clock import (
     Rows,
 )
 from ego_assets.trajectory.records import to_jsonable
+
+if TYPE_CHECKING:
+    import h5py  # imported where used: a code location defining assets loads no h5py
 
 FORMAT_NAME = "holos_hdf5"
 CONVENTION_VERSION = "HolosCapture-1.0"
@@ -123,6 +125,8 @@ def iso_utc(epoch_ns: int) -> str:
 
 def _fixed_ascii_attr(obj: h5py.HLObject, name: str, text: str) -> None:
     """A NULLTERM fixed-length ASCII string attribute (what the Image spec prescribes)."""
+    import h5py
+
     tid = h5py.h5t.C_S1.copy()
     tid.set_size(len(text) + 1)
     tid.set_strpad(h5py.h5t.STR_NULLTERM)
@@ -167,6 +171,8 @@ class H5Writer:
 
     def string_scale(self, group: h5py.Group, name: str, values: Sequence[str]) -> h5py.Dataset:
         """A 1-D variable-length UTF-8 coordinate scale named ``name``."""
+        import h5py
+
         ds = group.create_dataset(
             name, data=np.array(list(values), dtype=object), dtype=h5py.string_dtype()
         )
@@ -262,6 +268,8 @@ class H5Writer:
         self, group: h5py.Group, name: str, values: Sequence[str], dims: Sequence[h5py.Dataset]
     ) -> h5py.Dataset:
         """A variable-length UTF-8 string dataset (HDF5 cannot filter these)."""
+        import h5py
+
         ds = group.create_dataset(
             name, data=np.array(list(values), dtype=object), dtype=h5py.string_dtype()
         )
@@ -270,6 +278,8 @@ class H5Writer:
 
     def text(self, group: h5py.Group, name: str, text: str, **attrs: Any) -> h5py.Dataset:
         """A scalar variable-length UTF-8 string dataset."""
+        import h5py
+
         ds = group.create_dataset(name, data=text, dtype=h5py.string_dtype())
         for key, value in attrs.items():
             ds.attrs[key] = value
@@ -306,6 +316,8 @@ class H5Writer:
         the file in blocks. The type is transient (committing it breaks h5netcdf).
         ``dim_name`` adds a pure-dimension scale for the byte axis in the same group.
         """
+        import h5py
+
         size = source.stat().st_size
         tid = h5py.h5t.create(h5py.h5t.OPAQUE, 1)
         tid.set_tag(mime.encode("ascii"))

@@ -36,10 +36,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import av
 import numpy as np
+
+if TYPE_CHECKING:
+    import av  # imported where used: a code location defining assets loads no PyAV
 
 # Codecs and pixel format LeRobot's decoders (PyAV, torchcodec) read from an mp4.
 REMUX_CODECS = frozenset({"h264", "hevc", "av1"})
@@ -131,6 +133,8 @@ class VideoResult:
 
 def _timing(path: Path) -> tuple[SourceVideo, np.ndarray, np.ndarray, Fraction]:
     """Packet pts/dts arrays (presentation order via argsort) without decoding."""
+    import av
+
     with av.open(str(path)) as inp:
         stream = inp.streams.video[0]
         ctx = stream.codec_context
@@ -231,6 +235,8 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
     Raises:
         ValueError: ``src`` is not remuxable (see `SourceVideo.remuxable`).
     """
+    import av
+
     info = source if source is not None else inspect_video(src)
     if not info.remuxable:
         raise ValueError(
@@ -317,6 +323,8 @@ def encode_frame(
     fps: int,
 ) -> None:
     """Encode ``frame`` as frame ``k`` of ``ost`` (at ``k / fps``) and mux its packets."""
+    import av
+
     frame.pts = k
     frame.time_base = Fraction(1, fps)
     frame.pict_type = av.video.frame.PictureType.NONE  # the encoder picks the frame types
@@ -353,6 +361,8 @@ def _decoded(
     src: Path, source: SourceVideo | None, rows: np.ndarray
 ) -> Iterator[tuple[int, av.VideoFrame]]:
     """(presentation index, frame) of the source frames the rows need, in order."""
+    import av
+
     needed = needed_packets(source, rows) if source is not None else None
     with av.open(str(src)) as inp:
         stream = inp.streams.video[0]
@@ -519,6 +529,8 @@ def _encode_part(
 ) -> tuple[np.ndarray, int, bytes]:
     """Encode a later part into the NUT file ``path`` (it keeps packets as the encoder
     made them); its histogram, image count and the encoder's global header."""
+    import av
+
     with av.open(str(path), "w", format="nut") as part:
         stream = add_encoder_stream(part, fps, *size, threads=1)
         histogram, images = _encode_rows(
@@ -537,6 +549,8 @@ def _append_part(
 ) -> None:
     """Copy the packets of the part in ``path`` (frames ``first`` .. ``first + count - 1``)
     into ``ost``, frame ``k`` at ``k / fps``."""
+    import av
+
     time_base = Fraction(1, fps)
     shown = []
     with av.open(str(path), format="nut") as part:
@@ -578,6 +592,8 @@ def reencode(
     Raises:
         ValueError: ``frame_for_row`` goes back, or names a frame the source lacks.
     """
+    import av
+
     rows = np.asarray(frame_for_row, dtype=np.int64)
     if len(rows) and (np.diff(rows) < 0).any():
         raise ValueError(f"{src}: rows must take source frames in order")
@@ -645,6 +661,8 @@ def _encode_in_parts(
 
 def encode_rgb(dst: Path, frames: Iterator[np.ndarray], fps: int, width: int, height: int) -> int:
     """Encode RGB frames (H, W, 3 uint8) to ``dst`` with `ENCODER`; the bare-encode baseline."""
+    import av
+
     count = 0
     with av.open(str(dst), "w", format="mp4", options=MUX_OPTIONS) as out:
         ost = add_encoder_stream(out, fps, width, height)
@@ -657,6 +675,8 @@ def encode_rgb(dst: Path, frames: Iterator[np.ndarray], fps: int, width: int, he
 
 def video_info(path: Path) -> dict[str, Any]:
     """LeRobot's ``features.<camera>.info`` block, read from the written mp4."""
+    import av
+
     with av.open(str(path)) as inp:
         stream = inp.streams.video[0]
         ctx = stream.codec_context

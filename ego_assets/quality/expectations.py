@@ -1,7 +1,8 @@
 """Great Expectations 1.x suite over a compact table derived from the quality report.
 
-GX costs seconds to import, so it is imported inside the functions that need it, and
-the ephemeral context, its pandas datasource and the suite are built once per process.
+GX and pandas cost seconds to import, so they are imported inside the functions that
+need them (a code location that only defines the assets never loads them), and the
+ephemeral context, its pandas datasource and the suite are built once per process.
 
 GX spends its time per expectation (building the metric graph), not per row, so the
 checks are laid out long: `checks_frame` has one row per (scope, check) with the value,
@@ -22,15 +23,16 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from ego_assets.quality.report import QualityReport
 from ego_assets.quality.thresholds import Thresholds, default_thresholds
 
 if TYPE_CHECKING:
+    import pandas as pd
     from great_expectations.core.batch_definition import BatchDefinition
     from great_expectations.core.expectation_suite import ExpectationSuite
     from great_expectations.data_context import AbstractDataContext
+
+    from ego_assets.quality.report import QualityReport
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,8 @@ def checks_frame(report: QualityReport, thresholds: Thresholds) -> pd.DataFrame:
     severity and null in the other, and null when the value is not measurable).
     Figures that do not apply (timing of event streams) have no row.
     """
+    import pandas as pd
+
     checks, scopes, values, limits, severities = [], [], [], [], []
     for check in CHECKS:
         if check.scope == "stream":

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 import numpy as np
-from scipy.spatial.transform import Rotation
 
 from ego_assets.quality.streams import joint_mask, validity
 from ego_assets.trajectory.joints import FINGERTIPS, PARENTS
@@ -61,6 +60,8 @@ def _unit(v: np.ndarray) -> np.ndarray:
 def rotation_axis_error_deg(stream: Stream) -> float:
     """Median angle (degrees) between each tracked joint's declared bone axis and its
     bone; NaN when the stream has no rotations or its joint set declares no axis."""
+    from scipy.spatial.transform import Rotation  # ~1 s to import: only when measured
+
     joint_set = str(stream.attrs.get("joint_set", ""))
     if (
         stream.kind != "hand_joints"

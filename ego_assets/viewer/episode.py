@@ -31,8 +31,8 @@ from ego_assets.fileio import atomic_output
 from ego_assets.quality.gate import GATE_FILE, Gate
 from ego_assets.storage import Storage, is_local, raw_capture_dir
 from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory
-from ego_assets.viewer import exports
-from ego_assets.viewer.recording import RECORDING_FILE, build_recording
+from ego_assets.viewer import RECORDING_FILE, exports
+from ego_assets.viewer.recording import build_recording
 
 LOOPBACK = "127.0.0.1"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

@@ -41,7 +41,7 @@ from rerun.experimental import Hdf5Reader, LeRobotReader
 
 from ego_assets.fileio import atomic_output
 from ego_assets.trajectory.joints import JOINT_SETS
-from ego_assets.viewer.recording import APPLICATION_ID
+from ego_assets.viewer import APPLICATION_ID
 from ego_assets.viewer.rerun_log import ArrowBatch
 from ego_assets.viewer.skeleton import skeleton_strips
 

@@ -22,14 +22,8 @@ from ego_assets.fileio import atomic_output
 from ego_assets.quality.gate import Gate
 from ego_assets.quality.report import QualityReport, compute_report
 from ego_assets.trajectory.model import Trajectory
-from ego_assets.viewer import overlays, tracks, video
+from ego_assets.viewer import APPLICATION_ID, overlays, tracks, video
 from ego_assets.viewer.rerun_log import PLOTS, TIME, RecordingLog, RecordingSummary
-
-APPLICATION_ID = "ego_assets"
-RECORDING_FILE = "episode.rrd"
-# Bumped when the recording of an unchanged trajectory changes (part of the quality
-# step's code version: the recording is written beside the quality report).
-VIEWER_VERSION = "viewer-2"
 
 
 def blueprint(videos: Sequence[str], plots: dict[str, list[str]]) -> rrb.Blueprint:
