@@ -178,7 +178,6 @@ def api(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Iterat
             "DAGSTER_HOME": str(home),
             "EGO_DATA_DIR": data,
             "EGO_LANDING_DIR": landing,
-            "EGO_EXECUTOR": "in_process",
             "EGO_SENSOR_INTERVAL_S": "3600",
             "EGO_API_LINK_SECRET": "test-link-secret",
         }
@@ -287,6 +286,10 @@ def test_hdf5_export_queued_followed_ready_reused_and_forced(api: Api) -> None:
     assert run is not None and run.status == DagsterRunStatus.SUCCESS
     # the exporter's own progress, recorded on the run: the upload phase done
     assert run.tags["ego/progress"] == "1.000" and run.tags["ego/phase"] == "upload"
+    # no EGO_EXECUTOR: the export job ran its steps in the run worker, no process per step
+    messages = [entry.message for entry in api.instance.all_logs(run.run_id)]
+    assert any(m.startswith("Executing steps in process") for m in messages)
+    assert not any(m.startswith("Launching subprocess") for m in messages)
 
     artifact = seen[-1]["artifact"]
     receipt = read_receipt(api.storage, "holos_hdf5", GOOD)

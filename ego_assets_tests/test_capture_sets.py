@@ -193,6 +193,20 @@ def test_registration_run_requests_and_export_targets_follow_the_set():
     assert export_target(key, "holos_hdf5", 1).asset_key == dg.AssetKey("holos_hdf5")
 
 
+def test_the_export_run_config_fits_the_job_of_every_set(tmp_path):
+    """What the API launches names the exporter step of the capture's set (the step of
+    set 2 is ``s002__holos_hdf5``): Dagster accepts it and the option arrives."""
+    defs = build_defs(StorageResource(root=str(tmp_path)), sets=3, catalog=False)
+    keys = {capture_set(k, 3): k for k in KEYS[:60]}
+    for index in (0, 2):
+        target = export_target(keys[index], "holos_hdf5", 3)
+        job = defs.resolve_job_def(target.job_name)
+        run_config = target.run_config({"decode_frames": True, "force": False})
+        step = "holos_hdf5" if index == 0 else "s002__holos_hdf5"
+        resolved = dg.validate_run_config(job, run_config)
+        assert resolved["ops"][step]["config"] == {"decode_frames": True, "force": False}
+
+
 def _materialize_in_set(root, source, key: str, index: int) -> list[str]:
     """Run one set's raw_capture, trajectory and quality_report for ``key``; the files."""
     import shutil

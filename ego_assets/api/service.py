@@ -346,7 +346,7 @@ class ExportService:
                 raise RuntimeError("this export service cannot launch runs (no launcher)")
             config = {**options, "force": force}
             try:
-                run_id = self.launcher.launch(target, {"ops": {target.format: {"config": config}}})
+                run_id = self.launcher.launch(target, target.run_config(config))
             except Exception as exc:
                 cause = _unreachable(exc)
                 if cause is None:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
@@ -50,6 +51,13 @@ class ExportTarget:
     asset_key: dg.AssetKey
     partition_key: str
     job_name: str
+
+    def run_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The run config giving the exporter step ``config`` (its options and ``force``).
+
+        The step is named after the asset key (``holos_hdf5`` in set 0,
+        ``s001__holos_hdf5`` in set 1), not after the format."""
+        return {"ops": {self.asset_key.to_python_identifier(): {"config": config}}}
 
 
 def export_job_name(export_format: str) -> str:
