@@ -185,7 +185,10 @@ def read_manifest(folder: Path) -> RawManifest:
 
 
 def _read_hashing(src: Path, dest: Path | None, advance: Callable[[int], None]) -> tuple[int, str]:
-    """Size and SHA-256 of ``src``, written to ``dest`` as it is read when given."""
+    """Size and SHA-256 of ``src``, written to ``dest`` as it is read when given.
+
+    One read serves the digest, the copy and the progress (per MiB): `fileio.file_sha256`
+    would read a copied file a second time and report no progress."""
     digest = hashlib.sha256()
     size = 0
     with ExitStack() as stack:
