@@ -15,6 +15,7 @@ Commands:
     backfill re-run per-capture assets for some or all captures
     partitions migrate   move captures to their set under a new number of sets
     release  build a versioned dataset release from the catalog; diff, rebuild versions
+    withdraw record a demonstrator's consent withdrawal; quarantine their captures
 
 Commands that need a Dagster instance (where, backfill, partitions, serve) reach it
 through `ego_assets.dagster_client` only.
@@ -774,6 +775,12 @@ def _add_release(sub: Any) -> None:
     add_release_parser(sub)
 
 
+def _add_withdraw(sub: Any) -> None:
+    from ego_assets.releases.cli import add_withdraw_parser
+
+    add_withdraw_parser(sub)
+
+
 # Every command's parser, in the order `ego-assets --help` lists them.
 COMMANDS = (
     _add_synth,
@@ -790,6 +797,7 @@ COMMANDS = (
     _add_partitions,
     _add_import_parser,
     _add_release,
+    _add_withdraw,
 )
 
 

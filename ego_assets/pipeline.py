@@ -30,7 +30,7 @@ from ego_assets.quality.policy import default_policy
 from ego_assets.quality.report import REPORT_VERSION
 from ego_assets.quality.thresholds import default_thresholds
 from ego_assets.quality.waivers import read_waivers, waivers_digest, waivers_for
-from ego_assets.storage import Storage, write_file
+from ego_assets.storage import QUARANTINE_DIR, Storage, write_file
 from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory, write_trajectory_files
 from ego_assets.viewer import RECORDING_FILE, VIEWER_VERSION
 
@@ -62,6 +62,11 @@ def ingest_raw(storage: Storage, key: str) -> StepResult:
         manifest = RawManifest.from_json(manifest_path.read_text())
         if manifest.version == MANIFEST_VERSION:
             return StepResult(key, manifest.content_sha256, True, _raw_figures(manifest))
+    if (storage.root / QUARANTINE_DIR / key).exists():
+        raise ValueError(
+            f"capture {key}: quarantined ({QUARANTINE_DIR}/{key}/: consent withdrawn, "
+            "consent/withdrawals/); not ingested again"
+        )
     with (
         storage.read_dir(storage.landing_path(key)) as landing,
         storage.write_dir("raw", key, index_file=MANIFEST_FILE) as stage,

@@ -73,6 +73,9 @@ def raw_capture_dir(raw: _P) -> _P:
 
 # Writer locks of local targets, ``<root>/.locks/<target below the root>.lock``.
 LOCKS_DIR = ".locks"
+# Captures whose demonstrator withdrew consent: ``quarantine/<key>/<stage path>``, moved
+# out of every stage (ego_assets/releases/consent.py); never ingested again.
+QUARANTINE_DIR = "quarantine"
 
 
 class LockTimeout(TimeoutError):

@@ -489,7 +489,8 @@ def test_a_broken_catalog_is_reported_then_rebuilt(root, capsys):
     published.parent.mkdir(parents=True)
     stage_rows(storage, published)  # staged in place, then killed before dbt (older versions)
     assert published_problem(storage) == (
-        "models not built yet: dataset_composition, episodes, export_coverage, quality_trends"
+        "models not built yet: dataset_composition, episodes, export_coverage, quality_trends, "
+        "releases, withdrawn_holdings"
     )
     assert run_catalog(root) == 1
     printed = capsys.readouterr().out

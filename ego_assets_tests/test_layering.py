@@ -134,7 +134,7 @@ ROOMS: dict[str, set[str]] = {
         "capture", "capture_sets", "catalog", "dagster_compat", "definitions", "demo_report",
         "exports", "exports.registry", "importers",
         "fixtures", "formats", "keys", "landing", "pipeline", "progress", "quality",
-        "storage", "synth", "trajectory", "viewer",
+        "releases", "storage", "synth", "trajectory", "viewer",
     },
     "definitions": {"catalog_definitions", "defs", "exports.registry"},
     "catalog_definitions": {"definitions", "defs"},

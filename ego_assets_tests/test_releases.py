@@ -773,3 +773,196 @@ def test_card_licence_that_is_not_an_identifier_is_other():
         "10K<n<100K",
         "n>1M",
     ]
+
+
+# -- consent withdrawal and the catalog's releases -------------------------------------
+
+BOTH_KINDS = WEBXR_ONLY.replace('["webxr"]', '["webxr", "holos-visionpro"]')
+WITHDRAWN = ("rel-bad", "rel-xr-a", "rel-xr-b")  # every WebXR capture is demo-007's
+
+
+def _catalog_rows(root: Path, sql: str) -> list[tuple]:
+    with catalog_database(Storage(root), write=False) as db:
+        import duckdb
+
+        with duckdb.connect(str(db), read_only=True) as con:
+            return con.execute(sql).fetchall()
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def test_withdraw_records_quarantines_and_later_versions_leave_the_episodes_out(root, capsys):
+    _write_spec(root, "all", BOTH_KINDS)
+    v1 = build_release(root, "all")
+    held = [e["capture_key"] for e in v1.manifest["episodes"]]
+    assert held == ["rel-vp", "rel-xr-a", "rel-xr-b"]
+    splits = {e["capture_key"]: e["split"] for e in v1.manifest["episodes"]}
+
+    # an unknown demonstrator is refused before anything is written
+    before = sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+    assert main(["withdraw", "--demonstrator", "demo-999", "--reason", "x", "--data", str(root)])
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown demonstrator 'demo-999'") and "demo-007" in err
+    assert main(["withdraw", "--demonstrator", "demo-007", "--reason", " ", "--data", str(root)])
+    assert "--reason: required" in capsys.readouterr().err
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == before
+
+    raw_a = _tree(root / "raw" / "rel-xr-a")
+    egosmith_a = _tree(root / "exports" / "egosmith" / "rel-xr-a")
+    rc = main(
+        [
+            "withdraw", "--demonstrator", "demo-007", "--reason", "asked by email",
+            "--by", "ops-anna", "--data", str(root), "--no-catalog",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "3 captures, " in out
+    records = sorted((root / "consent" / "withdrawals").iterdir())
+    assert len(records) == 1 and records[0].name.endswith("-demo-007.json")
+    record = json.loads(records[0].read_text())
+    assert record["demonstrator"] == "demo-007" and record["by"] == "ops-anna"
+    assert record["reason"] == "asked by email"
+    assert record["capture_keys"] == list(WITHDRAWN)
+    date = record["withdrawn_at"][:10]
+
+    # quarantined: out of every stage the platform reads, bytes kept as they were
+    for key in WITHDRAWN:
+        for stage in ("landing", "raw", "trajectory", "quality"):
+            assert not (root / stage / key).exists()
+            assert (root / "quarantine" / key / stage).is_dir()
+    for key in ("rel-xr-a", "rel-xr-b"):  # rel-bad was blocked: never exported
+        for fmt in ("egosmith_shards", "holos_hdf5", "ceres_episode"):
+            assert not (root / "receipts" / fmt / f"{key}.json").exists()
+            assert (root / "quarantine" / key / "receipts" / fmt / f"{key}.json").is_file()
+    assert _tree(root / "quarantine" / "rel-xr-a" / "raw" / "rel-xr-a") == raw_a
+    assert _tree(root / "quarantine" / "rel-xr-a" / "exports" / "egosmith" / "rel-xr-a") == (
+        egosmith_a
+    )
+    assert (root / "raw" / "rel-vp").is_dir()
+    # uploaded again: never ingested again
+    landed = root / "quarantine" / "rel-xr-a" / "landing" / "rel-xr-a"
+    shutil.copytree(landed, root / "landing" / "rel-xr-a")
+    with pytest.raises(ValueError, match=r"capture rel-xr-a: quarantined \(quarantine/rel-xr-a/"):
+        pipeline.ingest_raw(Storage(root), "rel-xr-a")
+    assert not (root / "raw" / "rel-xr-a").exists()
+    shutil.rmtree(root / "landing" / "rel-xr-a")
+
+    # a build over the catalog as it was (still listing demo-007's episodes) leaves them out
+    v2 = build_release(root, "all")
+    assert (v2.version, v2.written) == (2, True)
+    assert [e["capture_key"] for e in v2.manifest["episodes"]] == ["rel-vp"]
+    reason = f"consent withdrawn on {date} (demonstrator demo-007): asked by email"
+    assert v2.manifest["left_out"] == [
+        {"capture_key": k, "reason": reason, "withdrawal": record["id"]}
+        for k in ("rel-xr-a", "rel-xr-b")
+    ]
+    note = (
+        f"2 episodes of demonstrator demo-007 left out: consent withdrawn on {date}, asked by email"
+    )
+    assert v2.manifest["notes"] == [note]
+    assert f"## Notes\n\n- {note}\n" in (v2.path / "README.md").read_text()
+    assert main(["release", "diff", "all", "v1", "v2", "--data", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "release all v1 -> v2: 0 added, 2 removed, 0 changed",
+        f"- rel-xr-a [{splits['rel-xr-a']}]: left out: {reason}",
+        f"- rel-xr-b [{splits['rel-xr-b']}]: left out: {reason}",
+    ]
+
+    # the refreshed catalog no longer lists them; the next build carries the note forward
+    _build_catalog(Storage(root))
+    assert _catalog_rows(root, "select capture_key from episodes order by 1") == [("rel-vp",)]
+    v3 = build_release(root, "all")
+    assert (v3.version, v3.written) == (2, False)
+
+    # the catalog: which versions hold which episode, and what still holds demo-007's
+    assert _catalog_rows(
+        root, "select release_version, capture_key, split from releases order by 1, 2"
+    ) == [
+        ("all@v1", "rel-vp", splits["rel-vp"]),
+        ("all@v1", "rel-xr-a", splits["rel-xr-a"]),
+        ("all@v1", "rel-xr-b", splits["rel-xr-b"]),
+        ("all@v2", "rel-vp", splits["rel-vp"]),
+    ]
+    assert _catalog_rows(root, "select capture_key, releases from episodes") == [
+        ("rel-vp", "all@v1,all@v2")
+    ]
+    assert _catalog_rows(
+        root,
+        "select demonstrator, capture_key, holder_kind, holder, path, reason, withdrawn_by "
+        "from withdrawn_holdings order by capture_key",
+    ) == [
+        ("demo-007", k, "release", "all@v1", "releases/all/v1", "asked by email", "ops-anna")
+        for k in ("rel-xr-a", "rel-xr-b")
+    ]
+
+    # a second withdrawal is a second record (append-only); the CLI lists the holdings
+    assert (
+        main(["withdraw", "--demonstrator", "demo-007", "--reason", "again", "--data", str(root)])
+        == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert "  3 captures, 0 folders quarantined" in out
+    assert out[-3:] == [
+        "still holding episodes of demo-007: 2",
+        f"  {'release':10} {'all@v1':24} {'rel-xr-a':24} releases/all/v1",
+        f"  {'release':10} {'all@v1':24} {'rel-xr-b':24} releases/all/v1",
+    ]
+    assert len(list((root / "consent" / "withdrawals").iterdir())) == 2
+    assert json.loads(records[0].read_text()) == record
+
+
+# -- the Dagster asset partitioned by release name ---------------------------------------
+
+
+def test_release_asset_builds_the_partition_and_writes_nothing_new_when_unchanged(root):
+    import dagster as dg
+
+    from ego_assets.defs.releases import RELEASES_PARTITIONS_NAME, release, release_specs_sensor
+    from ego_assets.defs.resources import StorageResource
+
+    _write_spec(root, "xr", WEBXR_ONLY)
+    _write_spec(root, "all", BOTH_KINDS)
+    (root / "releases" / "Bad Name.toml").write_text("")  # not a release name: no partition
+    resources = {"storage": StorageResource(root=str(root))}
+    with dg.instance_for_test() as instance:
+        sensed = release_specs_sensor(
+            dg.build_sensor_context(instance=instance, resources=resources)
+        )
+        [request] = sensed.dynamic_partitions_requests
+        assert (request.partitions_def_name, list(request.partition_keys)) == (
+            RELEASES_PARTITIONS_NAME,
+            ["all", "xr"],
+        )
+        instance.add_dynamic_partitions(RELEASES_PARTITIONS_NAME, ["all", "xr"])
+        again = release_specs_sensor(
+            dg.build_sensor_context(instance=instance, resources=resources)
+        )
+        assert not again.dynamic_partitions_requests
+
+        def materialize() -> dict:
+            result = dg.materialize(
+                [release], partition_key="xr", instance=instance, resources=resources
+            )
+            assert result.success
+            [event] = result.get_asset_materialization_events()
+            return {k: v.value for k, v in event.materialization.metadata.items()}
+
+        first = materialize()
+        manifest = read_manifest(root, "xr", 1)
+        assert (first["version"], first["episodes"], first["written"]) == (1, 2, True)
+        assert first["bytes"] == sum(f["bytes"] for f in manifest["files"])
+        assert first["bytes"] == sum(
+            p.stat().st_size for p in (root / "releases" / "xr" / "v1").rglob("*")
+            if p.is_file() and p.name != "release.json"
+        )  # fmt: skip
+        folder = root / "releases" / "xr"
+        before = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+        second = materialize()
+        assert (second["version"], second["written"]) == (1, False)
+        assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before
+        assert versions(root, "xr") == [1] and versions(root, "all") == []

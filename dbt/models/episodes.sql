@@ -29,6 +29,12 @@ gates as (
 ),
 formats as (
   select * from {{ source('platform', 'export_formats') }}
+),
+memberships as (
+  select capture_key,
+         string_agg(release || '@v' || version, ',' order by release, version) as releases
+  from {{ changed_rows(source('platform', 'release_episodes'), changes) }}
+  group by capture_key
 )
 {%- for fmt in var('export_formats') %},
 receipts_{{ fmt }} as (
@@ -76,7 +82,8 @@ select
   g.gx_warnings,
   coalesce(g.waived, false) as waived,
   g.waivers,
-  coalesce(g.gate_passed, false) as usable
+  coalesce(g.gate_passed, false) as usable,
+  rl.releases
 {%- for fmt in var('export_formats') %},
   case
     when list_contains(g.blocked_formats, '{{ fmt }}') then 'blocked'
@@ -99,6 +106,7 @@ cross join batch b
 left join headers h using (capture_key)
 left join quality q using (capture_key)
 left join gates g using (capture_key)
+left join memberships rl using (capture_key)
 {%- for fmt in var('export_formats') %}
 left join receipts_{{ fmt }} r_{{ fmt }} using (capture_key)
 left join formats f_{{ fmt }} on f_{{ fmt }}.format = '{{ fmt }}'

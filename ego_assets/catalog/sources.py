@@ -17,6 +17,9 @@ table                         read from (index: the stage's file   row
 ``export_formats``            exporters' code versions now        `FORMATS_SCHEMA`
 ============================  ==================================  ====================
 
+and the release versions and consent withdrawals (``release_versions``,
+``release_episodes``, ``consent_withdrawals``; `ego_assets.catalog.releases`).
+
 Work is proportional to what changed: one listing per source gives every item's
 fingerprint (local: the index file's modification time and size; S3: the index
 object's ETag and LastModified). Only items whose fingerprint differs from the one in
@@ -55,6 +58,7 @@ from upath import UPath
 from ego_assets.capture.manifest import RawManifest
 from ego_assets.capture.provenance import PROVENANCE_FILE
 from ego_assets.catalog.receipts import RECEIPT_SCHEMA, RECEIPTS_DIR, ExportReceipt
+from ego_assets.catalog.releases import RELEASE_TABLES, stage_releases
 from ego_assets.exports import registry
 from ego_assets.keys import is_valid_capture_key
 from ego_assets.pipeline import LINEAGE_FILE
@@ -436,6 +440,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     for source in sources():
         _ensure_table(con, source.table, source.schema)
     _ensure_table(con, "export_formats", FORMATS_SCHEMA)
+    for table, schema in RELEASE_TABLES.items():
+        _ensure_table(con, table, schema)
     _ensure_table(con, "item_versions", ITEMS_SCHEMA)
     con.execute(f"create table if not exists {SCHEMA}.batches ({_table_ddl(BATCHES_SCHEMA)})")
 
@@ -522,6 +528,15 @@ def _stage_source(
     con.execute(f"delete from {target} where capture_key in (select capture_key from versions)")
     names = ", ".join(f'"{n}"' for n in table.column_names)
     con.execute(f"insert into {target} ({names}, _batch) select {names}, {number} from new_rows")
+    record_item_versions(con, source.table, number)
+    for name in ("listing", "new_rows", "versions"):
+        con.unregister(name)
+    return len(done), len(removed)
+
+
+def record_item_versions(con: duckdb.DuckDBPyConnection, source: str, number: int) -> None:
+    """Replace the ``item_versions`` rows of ``source`` for the registered relation
+    ``versions`` (capture_key, fingerprint; null: removed), written by batch ``number``."""
     # The capture's first batch, over every source's rows (rows staged before the column
     # existed count from their own batch); this batch for a capture never seen.
     con.execute(
@@ -533,18 +548,15 @@ def _stage_source(
     con.execute(
         f"delete from {SCHEMA}.item_versions where source = ? "
         "and capture_key in (select capture_key from versions)",
-        [source.table],
+        [source],
     )
     con.execute(
         f"insert into {SCHEMA}.item_versions (source, capture_key, fingerprint, first_batch, "
         f"_batch) select ?, v.capture_key, v.fingerprint, coalesce(f.first_batch, {number}), "
         f"{number} from versions v left join catalog_first_batches f using (capture_key)",
-        [source.table],
+        [source],
     )
     con.execute("drop table catalog_first_batches")
-    for name in ("listing", "new_rows", "versions"):
-        con.unregister(name)
-    return len(done), len(removed)
 
 
 def _stage_formats(
@@ -595,6 +607,7 @@ def stage_rows(
                 changed, removed = _stage_source(con, storage, source, batch)
                 summary.changed[source.table] = changed
                 summary.removed[source.table] = removed
+            summary.changed.update(stage_releases(con, storage, batch.get, record_item_versions))
             summary.formats_changed = _stage_formats(con, code_versions, batch)
             summary.batch = batch.number
             if batch.number is not None:

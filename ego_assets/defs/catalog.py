@@ -20,6 +20,7 @@ from typing import Any
 import dagster as dg
 from dagster_dbt import DbtCliResource, DbtProject, dbt_assets
 
+from ego_assets.catalog.releases import RELEASE_TABLES
 from ego_assets.catalog.sources import BOOKKEEPING_TABLES, SCHEMA, sources, stage_rows
 from ego_assets.catalog.warehouse import (
     DB_ENV,
@@ -42,7 +43,7 @@ SOURCE_UPSTREAM = {
     "quality_rows": "quality_report",
     "quality_gates": "quality_report",
 }
-STAGED_TABLES = (*(s.table for s in sources()), *BOOKKEEPING_TABLES)
+STAGED_TABLES = (*(s.table for s in sources()), *RELEASE_TABLES, *BOOKKEEPING_TABLES)
 
 dbt_project = DbtProject(project_dir=dbt_project_dir(), profiles_dir=dbt_project_dir())
 

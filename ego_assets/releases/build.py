@@ -24,6 +24,7 @@ from ego_assets.catalog.receipts import artefact_digest
 from ego_assets.catalog.warehouse import catalog_database
 from ego_assets.formats.egosmith_webdataset import DEFAULT_SHARD_BYTES
 from ego_assets.releases.card import CARD_FILE, dataset_card
+from ego_assets.releases.consent import apply_withdrawals, load_withdrawals
 from ego_assets.releases.layout import PartPlan, plan_parts
 from ego_assets.releases.lerobot import pack_lerobot
 from ego_assets.releases.manifest import (
@@ -120,6 +121,12 @@ def _pack_version(
     return manifest
 
 
+def latest_manifest(root: Path, name: str) -> dict[str, Any] | None:
+    """The manifest of the latest version of release ``name`` (None: no version yet)."""
+    have = versions(root, name)
+    return read_manifest(root, name, have[-1]) if have else None
+
+
 def build_release(
     data: str | Path,
     name: str,
@@ -146,6 +153,7 @@ def build_release(
     spec = load_spec(spec_file or spec_path(root, name), name)
     with catalog_database(storage, write=False) as database:
         selection = select_episodes(database, spec)
+    selection = apply_withdrawals(selection, load_withdrawals(root), latest_manifest(root, name))
     return build_version(storage, spec, selection, shard_bytes=shard_bytes)
 
 
@@ -199,6 +207,7 @@ def build_version(
             "inputs_sha256": digest,
             **inputs,
             "licence": spec.licence,
+            "notes": selection.notes,
             "splits": {
                 s: {
                     "episodes": sum(1 for e in selection.episodes if e.split == s),

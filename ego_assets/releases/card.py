@@ -5,7 +5,8 @@ lower case when it is one identifier such as ``CC-BY-4.0``; otherwise ``other`` 
 line as ``license_name``), ``size_categories`` (by the number of episodes),
 ``task_categories: [robotics]`` and tags. Then the composition tables (episodes and hours
 by task, device, demonstrator and split), the quality summary (verdicts, waivers with who
-and why, episodes left out) and the formats. No time of writing: the same manifest gives
+and why, episodes left out) and the notes (consent withdrawals: how many episodes of
+whom were left out, when and why). No time of writing: the same manifest gives
 the same card.
 """
 
@@ -101,10 +102,13 @@ def dataset_card(manifest: dict[str, Any]) -> str:
         for w in e["gate"]["waivers"]:
             who, why = w.get("by", "?"), w.get("reason", "?")
             lines.append(f"- {e['capture_key']}: {w.get('metric', '?')} waived by {who}: {why}")
-    left_out = manifest.get("left_out", [])
+    left_out = [e for e in manifest.get("left_out", []) if "withdrawal" not in e]
     lines += [
         "",
         f"Selected but left out (no current export of a release format): {len(left_out)}.",
     ]
     lines += [f"- {item['capture_key']}: {item['reason']}" for item in left_out]
+    if manifest.get("notes"):
+        lines += ["", "## Notes", ""]
+        lines += [f"- {note}" for note in manifest["notes"]]
     return "\n".join(lines) + "\n"

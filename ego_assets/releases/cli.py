@@ -124,3 +124,88 @@ def run_rebuild(args: argparse.Namespace, out: TextIO | None = None) -> int:
         file=out,
     )
     return 0
+
+
+def add_withdraw_parser(sub: Any) -> None:
+    """The ``withdraw`` command: record a consent withdrawal and quarantine the captures."""
+    withdraw = sub.add_parser(
+        "withdraw",
+        help="record a demonstrator's consent withdrawal; quarantine their captures",
+        description=(
+            "Record that a demonstrator withdrew consent (who, when, why) under\n"
+            "ROOT/consent/withdrawals/, move their captures (landing, raw, trajectory,\n"
+            "quality, exports, receipts) to ROOT/quarantine/<key>/, refresh the catalog and\n"
+            "list the release versions and exports that still hold them. Every later\n"
+            "release build leaves their episodes out (docs/releases.md)."
+        ),
+    )
+    withdraw.add_argument("--demonstrator", required=True, metavar="ID", help="demonstrator id")
+    withdraw.add_argument("--reason", required=True, help="why (kept in the record and notes)")
+    withdraw.add_argument(
+        "--by",
+        default=os.environ.get("USER") or "unknown",
+        metavar="WHO",
+        help="who records it (default: $USER)",
+    )
+    withdraw.add_argument(
+        "--data", default=os.environ.get("EGO_DATA_DIR", "data"), help="data root (a local folder)"
+    )
+    withdraw.add_argument(
+        "--no-catalog",
+        action="store_true",
+        help="do not refresh the catalog afterwards (run `ego-assets catalog --build` later)",
+    )
+    withdraw.set_defaults(func=run_withdraw)
+
+
+HOLDINGS_SQL = """
+select holder_kind, holder, capture_key, path from withdrawn_holdings
+where demonstrator = ? order by holder_kind, holder, capture_key
+"""
+
+
+def run_withdraw(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Record the withdrawal, quarantine, refresh the catalog, print what still holds them."""
+    import duckdb
+
+    from ego_assets.catalog.sources import stage_rows
+    from ego_assets.catalog.warehouse import CatalogBusy, DbtFailed, catalog_database, run_dbt
+    from ego_assets.releases.consent import withdraw
+    from ego_assets.storage import Storage
+
+    out = out or sys.stdout
+    result = withdraw(args.data, args.demonstrator, args.reason, args.by)
+    w = result.withdrawal
+    print(
+        f"consent of {w.demonstrator} withdrawn at {w.withdrawn_at} (recorded by {w.by}): "
+        f"{result.path}",
+        file=out,
+    )
+    print(f"  {len(w.capture_keys)} captures, {len(result.moved)} folders quarantined", file=out)
+    root = Path(args.data).resolve()
+    for source, target in result.moved:
+        print(
+            f"  moved {source.relative_to(root) if source.is_relative_to(root) else source} "
+            f"-> {target.relative_to(root)}",
+            file=out,
+        )
+    if args.no_catalog:
+        print("catalog not refreshed (--no-catalog): run `ego-assets catalog --build`", file=out)
+        return 0
+    storage = Storage(args.data)
+    try:
+        with catalog_database(storage, write=True) as database:
+            stage_rows(storage, database)
+            run_dbt(["run", "--quiet"], database)
+    except (CatalogBusy, DbtFailed) as exc:
+        print(f"catalog not refreshed: {exc}", file=out)
+        return 1
+    with (
+        catalog_database(storage, write=False) as database,
+        duckdb.connect(str(database), read_only=True) as con,
+    ):
+        rows = con.execute(HOLDINGS_SQL, [w.demonstrator]).fetchall()
+    print(f"still holding episodes of {w.demonstrator}: {len(rows)}", file=out)
+    for kind, holder, key, path in rows:
+        print(f"  {kind:10} {holder:24} {key:24} {path}", file=out)
+    return 0

@@ -66,6 +66,7 @@ class SelectionResult:
 
     episodes: list[ReleaseEpisode]
     left_out: list[dict[str, str]] = field(default_factory=list)  # {capture_key, reason}
+    notes: list[str] = field(default_factory=list)  # release notes (consent withdrawals)
 
 
 def _query(spec: ReleaseSpec) -> tuple[str, list[Any]]:

@@ -140,6 +140,14 @@ def spec_path(root: Path, name: str) -> Path:
     return Path(root) / RELEASES_DIR / f"{name}.toml"
 
 
+def spec_names(root: Path) -> list[str]:
+    """The release names of the specs ``<root>/releases/<name>.toml`` (valid names, sorted)."""
+    folder = Path(root) / RELEASES_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.toml") if NAME_RE.fullmatch(p.stem))
+
+
 def load_spec(path: Path, name: str | None = None) -> ReleaseSpec:
     """Parse and validate the spec file ``path`` (release name: ``name`` or the file's stem).
 
