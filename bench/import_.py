@@ -39,6 +39,7 @@ import h5py
 import numpy as np
 
 from bench import name_value_table, report
+from ego_assets.capture.egodex import JOINTS
 from ego_assets.importers import get_importer
 from ego_assets.importers.core import land_episode, open_source
 from ego_assets.storage import Storage
@@ -52,15 +53,15 @@ FLOAT32 = h5py.h5t.py_create(np.dtype(np.float32))
 
 
 def _floor(hdf5: Path, video: Path, out: Path) -> None:
-    """Read what the importer reads from the HDF5 file, with the same low-level HDF5
-    read, into float32 arrays as stored (no checks, no conversion); copy both files."""
+    """Read what the importer reads from the HDF5 file, the datasets it names, with the
+    same low-level HDF5 read, into float32 arrays as stored (no checks, no conversion);
+    copy both files."""
     with h5py.File(hdf5, "r") as f:
-        for group in ("transforms", "confidences"):
-            g = f[group]
-            names = list(g)
+        for group, names in (("transforms", ("camera", *JOINTS)), ("confidences", JOINTS)):
+            gid = f[group].id
             stack = np.empty(0, np.float32)
             for i, name in enumerate(names):
-                dsid = h5py.h5d.open(g.id, name.encode())
+                dsid = h5py.h5d.open(gid, name.encode())
                 if i == 0:
                     stack = np.empty((len(names), *dsid.shape), np.float32)
                 dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, stack[i], FLOAT32)

@@ -71,6 +71,9 @@ ARM = ("Shoulder", "Arm", "Forearm")
 HAND = tuple("Hand" if j == "wrist" else j[0].upper() + j[1:] for j in ARKIT27[:25])
 BODY_JOINTS = (*BODY, *(f"{side}{a}" for side in SIDES for a in ARM))
 JOINTS = (*BODY_JOINTS, *(f"{side}{h}" for side in SIDES for h in HAND))
+_BLOCK = 2048  # poses per quaternion conversion (its temporaries stay small)
+_ROTATION_ROWS = [0, 1, 2, 4, 5, 6, 8, 9, 10]  # R[i, j] of a pose's 16 entries (row-major)
+_ENCODED = {name: name.encode() for name in ("camera", *JOINTS)}  # HDF5 link names
 TEXT_ATTRS = (
     "task",
     "llm_description",
@@ -96,11 +99,11 @@ def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
     poses, confidence, intrinsic, attrs = _read_hdf5(files)
     n = poses.shape[1]
     video = head_video(files, VIDEO_FILE, n, "transforms", fps=FPS)
-    finite = np.isfinite(poses).all(axis=(2, 3))  # (J+1, N)
-    _check_rigid(files, poses, finite)
-    quats = np.full((*finite.shape, 4), np.nan)
-    # rigid within RIGID_TOLERANCE (checked above): no orthogonalization (an SVD per pose)
-    quats[finite] = Rotation.from_matrix(poses[..., :3, :3][finite], assume_valid=True).as_quat()
+    entries = np.ascontiguousarray(poses.reshape(-1, 16).T)  # (16, (J+1) N): row 4 i + j
+    finite_flat = np.isfinite(entries).all(axis=0)
+    finite = finite_flat.reshape(poses.shape[:2])  # (J+1, N)
+    _check_rigid(files, entries, finite_flat, n)
+    quats = _quaternions(entries, finite_flat).reshape(*finite.shape, 4)
     positions = poses[..., :3, 3].astype(np.float64)
     ts = video.timestamp_ns
     base = {**video.attrs, "source_file": HDF5_FILE}
@@ -225,20 +228,26 @@ def _read_stack(
     """
     where = group.name.strip("/")
     per_frame: tuple[int, ...] = (4, 4) if where == "transforms" else ()
+    gid, full, read, float_class = group.id, h5py.h5s.ALL, h5py.h5d.DatasetID.read, h5py.h5t.FLOAT
     out = np.empty(0, np.float32)
+    checked: tuple[int, ...] | None = None  # the shape every dataset has, once one passed
     for i, name in enumerate(names):
-        field = f"{where}/{name}"
         try:
-            dsid = h5py.h5d.open(group.id, name.encode())
+            dsid = h5py.h5d.open(gid, _ENCODED[name])
         except KeyError:
             reason = "is not a dataset" if name in group else "dataset is missing"
-            raise files.error(HDF5_FILE, reason, field=field) from None
-        if dsid.get_type().get_class() != h5py.h5t.FLOAT:  # cheaper than building a dtype
-            raise files.error(HDF5_FILE, f"dtype {dsid.dtype} is not floating-point", field=field)
-        n = _frames(files, field, dsid.shape, per_frame, n)
-        if i == 0:
-            out = np.empty((len(names), n, *per_frame), np.float32)
-        dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, out[i], _FLOAT32)
+            raise files.error(HDF5_FILE, reason, field=f"{where}/{name}") from None
+        if dsid.get_type().get_class() != float_class:  # cheaper than building a dtype
+            raise files.error(
+                HDF5_FILE, f"dtype {dsid.dtype} is not floating-point", field=f"{where}/{name}"
+            )
+        shape = dsid.shape
+        if shape != checked:
+            n = _frames(files, f"{where}/{name}", shape, per_frame, n)
+            checked = (n, *per_frame)
+            if i == 0:
+                out = np.empty((len(names), n, *per_frame), np.float32)
+        read(dsid, full, full, out[i], _FLOAT32)
     return out
 
 
@@ -262,31 +271,59 @@ def _frames(
     return int(shape[0])
 
 
-def _check_rigid(files: CaptureFiles, poses: np.ndarray, finite: np.ndarray) -> None:
+def _check_rigid(files: CaptureFiles, entries: np.ndarray, finite: np.ndarray, n: int) -> None:
     """Every finite pose is rigid: bottom row 0 0 0 1, orthonormal rotation, det +1.
 
-    Written out per matrix entry: numpy's batched 3x3 products and determinants are
-    ten times slower on (69, N) small matrices.
+    ``entries``: (16, P) float32, entry (i, j) of pose ``p`` at ``[4 i + j, p]`` (poses in
+    ``("camera", *JOINTS)`` order, ``n`` frames each); ``finite``: (P,). Written out per
+    matrix entry on contiguous rows: numpy's batched 3x3 products and determinants are ten
+    times slower on small matrices.
     """
-    col = [[poses[..., i, j] for i in range(3)] for j in range(3)]  # col[j][i] = R[i, j]
-    err = np.abs(poses[..., 3, :] - np.array([0.0, 0.0, 0.0, 1.0], poses.dtype)).max(axis=-1)
+    r = [[entries[4 * i + j] for j in range(3)] for i in range(3)]  # r[i][j] = R[i, j]
+    err = np.abs(entries[12:16] - np.array([[0.0], [0.0], [0.0], [1.0]], entries.dtype)).max(axis=0)
     for j, k in ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)):
-        gram = col[j][0] * col[k][0] + col[j][1] * col[k][1] + col[j][2] * col[k][2]
+        gram = r[0][j] * r[0][k] + r[1][j] * r[1][k] + r[2][j] * r[2][k]
         err = np.maximum(err, np.abs(gram - float(j == k)))
-    (a, d, g), (b, e, h), (c, f, i) = col
+    (a, b, c), (d, e, f), (g, h, i) = r
     det = a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
     with np.errstate(invalid="ignore"):  # NaN poses: kept, flagged by the streams
         bad = finite & ((err > RIGID_TOLERANCE) | (det < 0))
     if bad.any():
-        j, frame = (int(v[0]) for v in np.nonzero(bad))
+        first = int(np.flatnonzero(bad)[0])
+        j, frame = divmod(first, n)
         name = ("camera", *JOINTS)[j]
         raise files.error(
             HDF5_FILE,
-            f"not a rigid transform (max |R^T R - I|, |bottom row - 0 0 0 1| = {err[j, frame]:.3g};"
+            f"not a rigid transform (max |R^T R - I|, |bottom row - 0 0 0 1| = {err[first]:.3g};"
             f" tolerance {RIGID_TOLERANCE}; {int(bad.sum())} such poses)",
             field=f"transforms/{name}",
             row=frame + 1,
         )
+
+
+def _quaternions(entries: np.ndarray, finite: np.ndarray) -> np.ndarray:
+    """(P, 4) float64 scalar-last quaternions of the poses in ``entries`` ((16, P), as
+    `_check_rigid` takes them), NaN where ``finite`` (P,) is False.
+
+    The poses are rigid within `RIGID_TOLERANCE` (`_check_rigid`), so scipy converts
+    without orthogonalizing (an SVD per pose). It gets contiguous float64 blocks of
+    `_BLOCK` poses (a float32 or strided input costs it several times more; one block of
+    all poses costs more in fresh memory pages than the conversion itself), non-finite
+    poses replaced by the identity and their quaternions set to NaN after.
+    """
+    quats = np.empty((finite.size, 4))
+    missing = ~finite
+    any_missing = bool(missing.any())
+    for start in range(0, finite.size, _BLOCK):
+        stop = min(start + _BLOCK, finite.size)
+        block = entries[_ROTATION_ROWS, start:stop].T.astype(np.float64, order="C")
+        block = block.reshape(-1, 3, 3)
+        if any_missing:
+            block[missing[start:stop]] = np.eye(3)
+        quats[start:stop] = Rotation.from_matrix(block, assume_valid=True).as_quat()
+    if any_missing:
+        quats[missing] = np.nan
+    return quats
 
 
 def _hand_stream(

@@ -15,7 +15,9 @@ from __future__ import annotations
 import errno
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -79,6 +81,15 @@ class CaptureFiles:
         if _UNPRINTABLE_RE.search(rel):
             raise self.error(rel, "file name has a control character or bytes that are not UTF-8")
         path = self.root.joinpath(*pure.parts)
+        if len(pure.parts) == 1:  # one lstat says all of a regular file directly inside
+            try:
+                st = os.lstat(path)
+            except OSError:
+                st = None  # missing or unreadable: the checks below name the problem
+            if st is not None and stat.S_ISREG(st.st_mode):
+                if must_exist and st.st_size == 0:
+                    raise self.error(rel, "file is empty")
+                return path
         try:
             root = self.root.resolve()
             if path.is_symlink() and not path.exists():

@@ -39,7 +39,7 @@ from ego_assets.capture import read_capture
 from ego_assets.capture.files import MARKER_FILE, MARKER_FORMAT, MARKER_VERSION
 from ego_assets.capture.provenance import PROVENANCE_FILE, PROVENANCE_FORMAT, PROVENANCE_VERSION
 from ego_assets.errors import CaptureFormatError
-from ego_assets.fileio import file_sha256, write_file_atomic
+from ego_assets.fileio import file_sha256
 from ego_assets.importers.listing import iter_after
 from ego_assets.keys import MAX_KEY_LENGTH, validate_capture_key
 from ego_assets.storage import RAW_MANIFEST_FILE, Storage, is_local, upload_tree
@@ -410,8 +410,8 @@ def _assemble(
         "kind": importer.capture_kind,
         "files": sorted(declared, key=lambda e: str(e["path"])),
     }
-    marker_path = staging / MARKER_FILE
-    write_file_atomic(marker_path, (json.dumps(marker, indent=1, sort_keys=True) + "\n").encode())
+    marker_path = staging / MARKER_FILE  # staging is private: published whole, marker last
+    marker_path.write_bytes((json.dumps(marker, indent=1, sort_keys=True) + "\n").encode())
     try:
         trajectory = read_capture(episode.key, staging)
     except CaptureFormatError as exc:

@@ -323,13 +323,15 @@ def sample_flags(timestamp_ns: np.ndarray, fields: Mapping[str, np.ndarray]) -> 
     n = len(timestamp_ns)
     flags = np.zeros(n, np.uint8)
     if n > 1:
-        step = np.diff(timestamp_ns)
-        flags[1:][step == 0] |= np.uint8(SampleFlag.DUPLICATE_TIMESTAMP)
-        flags[1:][step < 0] |= np.uint8(SampleFlag.BACKWARDS_TIMESTAMP)
+        step = timestamp_ns[1:] - timestamp_ns[:-1]
+        if not (step > 0).all():  # the per-sample masks only when something is to flag
+            flags[1:][step == 0] |= np.uint8(SampleFlag.DUPLICATE_TIMESTAMP)
+            flags[1:][step < 0] |= np.uint8(SampleFlag.BACKWARDS_TIMESTAMP)
     for arr in fields.values():
         if arr.dtype.kind == "f" and n:
-            bad = ~np.isfinite(arr.reshape(n, -1)).all(axis=1)
-            flags[bad] |= np.uint8(SampleFlag.NON_FINITE)
+            finite = np.isfinite(arr)
+            if not finite.all():
+                flags[~finite.reshape(n, -1).all(axis=1)] |= np.uint8(SampleFlag.NON_FINITE)
     return flags
 
 
