@@ -966,3 +966,52 @@ def test_release_asset_builds_the_partition_and_writes_nothing_new_when_unchange
         assert (second["version"], second["written"]) == (1, False)
         assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before
         assert versions(root, "xr") == [1] and versions(root, "all") == []
+
+
+def test_episodes_releases_column_follows_new_versions_incrementally(root):
+    _write_spec(root, "xr", WEBXR_ONLY)
+    build_release(root, "xr")
+    storage = Storage(root)
+    _build_catalog(storage)
+    query = "select capture_key, releases from episodes order by 1"
+    assert _catalog_rows(root, query) == [
+        ("rel-bad", None),
+        ("rel-vp", None),
+        ("rel-xr-a", "xr@v1"),
+        ("rel-xr-b", "xr@v1"),
+    ]
+    _write_spec(root, "xr", BOTH_KINDS)
+    _write_spec(
+        root, "vp", BOTH_KINDS.replace('["webxr", "holos-visionpro"]', '["holos-visionpro"]')
+    )
+    assert build_release(root, "xr").version == 2
+    assert build_release(root, "vp").version == 1
+    with catalog_database(storage, write=True) as db:
+        summary = stage_rows(storage, db)
+        # only the two new manifests are read; their four episodes change membership
+        assert (summary.changed["release_versions"], summary.changed["release_episodes"]) == (
+            2,
+            3,
+        )
+        run_dbt(["run", "--quiet"], db)
+    incremental = _catalog_rows(root, query)
+    assert incremental == [
+        ("rel-bad", None),
+        ("rel-vp", "vp@v1,xr@v2"),
+        ("rel-xr-a", "xr@v1,xr@v2"),
+        ("rel-xr-b", "xr@v1,xr@v2"),
+    ]
+    with catalog_database(storage, write=True) as db:
+        run_dbt(["run", "--quiet", "--full-refresh"], db)
+    assert _catalog_rows(root, query) == incremental
+    assert _catalog_rows(
+        root,
+        "select release_version, count(*), min(release_path) from releases group by 1 order by 1",
+    ) == [
+        ("vp@v1", 1, "releases/vp/v1"),
+        ("xr@v1", 2, "releases/xr/v1"),
+        ("xr@v2", 3, "releases/xr/v2"),
+    ]
+    # nothing new: staging reads no manifest
+    with catalog_database(storage, write=True) as db:
+        assert stage_rows(storage, db).changed["release_versions"] == 0
