@@ -844,6 +844,12 @@ def test_withdraw_records_quarantines_and_later_versions_leave_the_episodes_out(
         egosmith_a
     )
     assert (root / "raw" / "rel-vp").is_dir()
+    # the packed datasets' inputs no longer include them
+    from ego_assets.exports.ceres import current_shards
+    from ego_assets.exports.egosmith import finished_episodes
+
+    assert [s.key for s in current_shards(Storage(root))] == ["rel-vp"]
+    assert [s.capture_id for s in finished_episodes(Storage(root))] == ["rel-vp"]
     # uploaded again: never ingested again
     landed = root / "quarantine" / "rel-xr-a" / "landing" / "rel-xr-a"
     shutil.copytree(landed, root / "landing" / "rel-xr-a")
