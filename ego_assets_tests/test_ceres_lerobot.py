@@ -14,7 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from ego_assets.capture import read_capture
+from ego_assets.capture.files import CaptureFiles
 from ego_assets.capture.manifest import write_marker
+from ego_assets.capture.media import probe_video
 from ego_assets.fixtures import real_fixture
 from ego_assets.formats import lerobot_video
 from ego_assets.formats.ceres_episode import (
@@ -512,3 +514,31 @@ def test_reencode_in_parts_matches_one_part(tmp_path):
     with pytest.raises(ValueError, match="has 1200 frames"):
         lerobot_video.reencode(src, tmp_path / "bad.mp4", 30, np.arange(1300), source, parts=2)
     assert not list(tmp_path.glob(".*.nut"))
+
+
+def test_av1_source_is_remuxable_by_its_codec_name(tmp_path):
+    """FFmpeg decodes AV1 with ``libdav1d``: the codec is still ``av1``, so an AV1 clip
+    is copied packet for packet (it was re-encoded when the decoder's name was compared)."""
+    src = tmp_path / "av1.mp4"
+    with av.open(str(src), "w") as out:
+        stream = out.add_stream("libsvtav1", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.options = {"svtav1-params": "keyint=8"}
+        for i in range(12):
+            rgb = np.full((48, 64, 3), 20 * i, np.uint8)
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+        out.mux(stream.encode(None))
+    with av.open(str(src)) as inp:
+        assert inp.streams.video[0].codec_context.name == "libdav1d"  # the decoder
+    info = lerobot_video.inspect_video(src)
+    assert (info.codec, info.pix_fmt, info.frames, info.remuxable) == ("av1", "yuv420p", 12, True)
+    result = lerobot_video.remux(src, tmp_path / "copy.mp4", 30, info)
+    assert (result.frames, result.remuxed) == (12, True)
+
+    def packets(path: Path) -> list[bytes]:
+        with av.open(str(path)) as inp:
+            return [bytes(p) for p in inp.demux(inp.streams.video[0]) if p.size]
+
+    assert packets(tmp_path / "copy.mp4") == packets(src)
+    files = CaptureFiles("k", tmp_path)
+    assert probe_video(files, "av1.mp4").codec == "av1"

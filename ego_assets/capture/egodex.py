@@ -31,8 +31,11 @@ rotation NaN). Errors (nothing read): a missing group, dataset or ``transforms/c
 a dataset that is not float or not (N, 4, 4) / (N,) with N the camera's frame count; a
 finite transform that is not rigid (bottom row not 0 0 0 1, rotation block not
 orthonormal within `RIGID_TOLERANCE`, or a reflection), named by field and 1-based
-frame; intrinsics that are not a finite 3x3 with positive focal lengths; a video with
-fewer frames than the transforms.
+frame; intrinsics that are not a finite 3x3 with positive focal lengths; a video with more
+than `VIDEO_SHORT_BY` frames fewer than the transforms. A video short by one or two
+frames (a known EgoDex quirk: "transforms and video differ by a frame or two") is kept:
+every pose frame stays, ``video_frames`` lists the frames the video holds, and a quirk
+names the pose frames without a picture.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ HDF5_FILE = "episode.hdf5"
 VIDEO_FILE = "episode.mp4"
 FPS = 30
 MAX_FRAMES = FPS * 3600 * 4  # four hours: an episode averages 9 s
+# EgoDex's transforms and video are known to differ by a frame or two: a video up to
+# this many frames short is kept (every pose frame; a quirk names those without a picture)
+VIDEO_SHORT_BY = 2
 RIGID_TOLERANCE = 1e-3  # max |R^T R - I| and |bottom row - (0 0 0 1)| of a float32 pose
 SIDES = ("left", "right")
 _FLOAT32 = h5py.h5t.py_create(np.dtype(np.float32))  # the memory type of every read
@@ -98,7 +104,7 @@ def read_egodex(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajectory:
     """
     poses, confidence, intrinsic, attrs = _read_hdf5(files)
     n = poses.shape[1]
-    video = head_video(files, VIDEO_FILE, n, "transforms", fps=FPS)
+    video = head_video(files, VIDEO_FILE, n, "transforms", fps=FPS, short_by=VIDEO_SHORT_BY)
     entries = np.ascontiguousarray(poses.reshape(-1, 16).T)  # (16, (J+1) N): row 4 i + j
     finite_flat = np.isfinite(entries).all(axis=0)
     finite = finite_flat.reshape(poses.shape[:2])  # (J+1, N)

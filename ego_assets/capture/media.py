@@ -85,7 +85,7 @@ def probe_video(files: CaptureFiles, rel: str) -> VideoProbe:
             context = stream.codec_context
             if context is None:  # e.g. a clip cut before its codec parameters
                 raise files.error(rel, "video stream has no codec parameters")
-            codec = context.name or ""
+            codec = context.codec.canonical_name  # "av1", not the decoder "libdav1d"
             width = int(context.width or 0)
             height = int(context.height or 0)
             rate = stream.average_rate or stream.guessed_rate

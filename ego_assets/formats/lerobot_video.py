@@ -77,7 +77,7 @@ class SourceVideo:
     """What one pass over the packets says about the first video stream of a file.
 
     Attributes:
-        codec: FFmpeg codec name.
+        codec: FFmpeg's name of the codec (``av1``), not of its decoder (``libdav1d``).
         pix_fmt: pixel format of the decoded frames (``None`` when unknown).
         width, height: frame size, pixels.
         frames: number of video packets (= frames).
@@ -147,7 +147,8 @@ def _timing(path: Path) -> tuple[SourceVideo, np.ndarray, np.ndarray, Fraction]:
             key.append(packet.is_keyframe)
         time_base = Fraction(stream.time_base or Fraction(1, 1))
         pix_fmt = ctx.format.name if ctx.format is not None else None
-        codec, width, height = ctx.name, int(ctx.width or 0), int(ctx.height or 0)
+        # the codec's name ("av1"), not its decoder's ("libdav1d" decodes AV1 here)
+        codec, width, height = ctx.codec.canonical_name, int(ctx.width or 0), int(ctx.height or 0)
     p = np.asarray(pts, dtype=np.int64)
     d = np.asarray([x if x is not None else -1 for x in dts], dtype=np.int64)
     order = np.argsort(p, kind="stable")
@@ -258,7 +259,10 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
         ist = inp.streams.video[0]
         if not decode_all:
             ist.codec_context.skip_frame = "NONKEY"
-        ost = out.add_stream_from_template(ist)
+        # a stream copy needs no encoder; a decoder-only codec object (libdav1d for AV1)
+        # is taken over from the source, the others as before (same output bytes)
+        by_decoder = ist.codec_context.codec.name != info.codec
+        ost = out.add_stream_from_template(ist, opaque=by_decoder or None)
         ost.time_base = out_tb
         for packet in inp.demux(ist):
             if not packet.size:

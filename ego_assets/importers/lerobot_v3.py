@@ -339,7 +339,7 @@ def cut_video(src: Path, dst: Path, first: int, count: int, fps: int) -> bool:
     picked = np.flatnonzero(inside)
     copyable = (
         info.uniform
-        and _canonical_codec(src) in lerobot_video.REMUX_CODECS
+        and info.codec in lerobot_video.REMUX_CODECS
         and len(frames) == info.frames
         and first in set(info.keyframes.tolist())
         and len(picked) == count
@@ -350,13 +350,6 @@ def cut_video(src: Path, dst: Path, first: int, count: int, fps: int) -> bool:
     else:
         _reencode(src, dst, first, count, fps, info)
     return bool(copyable)
-
-
-def _canonical_codec(src: Path) -> str:
-    """The codec of the first video stream by its canonical name (``av1``, not the
-    ``libdav1d`` decoder that opens it)."""
-    with av.open(str(src)) as inp:
-        return str(inp.streams.video[0].codec_context.codec.canonical_name)
 
 
 def _copy_packets(
