@@ -37,6 +37,7 @@ DATA_FOLDERS: tuple[tuple[str, str], ...] = (
     ("receipts/", "one receipt per export: path, bytes, SHA-256, code version"),
     ("catalog/", "quality catalog (quality/) and dataset catalog (warehouse/catalog.duckdb)"),
     ("registry/", "CERES episode indices, stable across runs"),
+    ("releases/", "dataset releases: specs <name>.toml, immutable versions <name>/v<N>/"),
     ("waivers.json", "waivers granted (ego-assets waive)"),
     ("logs/", "the demo's log: Dagster's and dbt's own output"),
     (".locks/", "writer locks"),
@@ -206,6 +207,30 @@ def print_exports(storage: Storage, root: Path, keys: Sequence[str], out: TextIO
         print("  none yet", file=out)
     else:
         print_table(rows, out)
+
+
+def print_release(manifest: dict, path: Path, written: bool, out: TextIO) -> None:
+    """A release version's manifest summary: name, version, episodes and hours per split,
+    files and bytes (in all, per format), where its manifest and card are."""
+    state = "written now" if written else "unchanged, nothing written"
+    print(f"\nrelease {manifest['release']} v{manifest['version']} ({state}): {path}", file=out)
+    for split, counts in manifest["splits"].items():
+        print(
+            f"  {split:6} {counts['episodes']:3d} episodes  {counts['duration_s']:7.1f} s",
+            file=out,
+        )
+    files = manifest["files"]
+    sizes = {
+        fmt: sum(f["bytes"] for f in files if f["path"].startswith(f"{fmt}/"))
+        for fmt in manifest["formats"]
+    }
+    print(
+        f"  {len(files)} files, {sum(f['bytes'] for f in files)} bytes ("
+        + ", ".join(f"{fmt} {n}" for fmt, n in sizes.items())
+        + f"); {len(manifest['left_out'])} selected episodes left out",
+        file=out,
+    )
+    print(f"  manifest {path / 'release.json'}; card {path / 'README.md'}", file=out)
 
 
 def print_closing(

@@ -175,3 +175,37 @@ def test_readme_where_things_land_lists_every_folder_the_demo_writes(demo: Demo)
     assert written <= listed
     for name in written:
         assert f"`data/{name}" in table, name
+
+
+def test_the_demo_builds_a_sample_release_and_prints_its_summary(demo: Demo) -> None:
+    folder = demo.data / "releases" / "demo" / "v1"
+    manifest = json.loads((folder / "release.json").read_text())
+    assert set(manifest["formats"]) == {"webdataset", "robomimic", "lerobot"}
+    # every capture with a current export in each format, and only those
+    exported = {
+        p.stem
+        for p in (demo.data / "receipts" / "egosmith_shards").glob("*.json")
+        if all(
+            json.loads((demo.data / "receipts" / fmt / p.name).read_text())["status"] == "exported"
+            for fmt in ("egosmith_shards", "holos_hdf5", "ceres_episode")
+            if (demo.data / "receipts" / fmt / p.name).exists()
+        )
+    }
+    keys = {e["capture_key"] for e in manifest["episodes"]}
+    assert len(keys) >= 2 and keys <= exported
+    assert keys | {e["capture_key"] for e in manifest["left_out"]} >= exported - keys
+    out = demo.stdout
+    assert f"release demo v1 (written now): {folder}" in out
+    for split, counts in manifest["splits"].items():
+        n = sum(e["split"] == split for e in manifest["episodes"])
+        assert counts["episodes"] == n
+        line = f"  {split:6} {n:3d} episodes  {counts['duration_s']:7.1f} s"
+        assert line in out
+    files = manifest["files"]
+    assert f"  {len(files)} files, {sum(f['bytes'] for f in files)} bytes (webdataset " in out
+    on_disk = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert on_disk == sorted([f["path"] for f in files] + ["release.json"])
+    for f in files:
+        assert (folder / f["path"]).stat().st_size == f["bytes"]
+    assert (folder / "robomimic" / "release.hdf5").is_file()
+    assert (demo.data / "releases" / "demo.toml").read_text().startswith("[release]")

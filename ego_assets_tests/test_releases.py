@@ -64,7 +64,11 @@ fractions = { train = 0.5, valid = 0.5 }
 
 @pytest.fixture(scope="module")
 def built_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("release-root")
+    return make_release_root(tmp_path_factory.mktemp("release-root"))
+
+
+def make_release_root(root: Path) -> Path:
+    """`CAPTURES` carried through the pipeline, exported and cataloged below ``root``."""
     storage = Storage(root)
     for index, (key, (kind, faults)) in enumerate(CAPTURES.items()):
         synthesize(
@@ -431,11 +435,11 @@ def test_new_version_links_unchanged_parts_and_writes_appended_episodes_anew(roo
     video = f"lerobot/train/videos/{CAMERA_KEY}/chunk-000"
     assert linked == sorted(
         [p for p in v1 if p.startswith("webdataset/train/v1/")]
-        + ["robomimic/parts/v1.hdf5", "lerobot/train/data/chunk-000/file-000.parquet"]
+        + ["robomimic/episodes/rel-xr-a.hdf5", "lerobot/train/data/chunk-000/file-000.parquet"]
         + [f"{video}/file-000.mp4", "lerobot/train/ceres/episodes/episode-000040.json"]
     )
     # rel-xr-b landed in files of its own: new shards, a new part file, new data and video
-    assert "robomimic/parts/v2.hdf5" in v2 and f"{video}/file-001.mp4" in v2
+    assert "robomimic/episodes/rel-xr-b.hdf5" in v2 and f"{video}/file-001.mp4" in v2
     assert any(p.startswith("webdataset/train/v2/") for p in v2)
     episodes = pq.read_table(
         second.path / "lerobot/train/meta/episodes/chunk-000/file-000.parquet"
@@ -446,7 +450,7 @@ def test_new_version_links_unchanged_parts_and_writes_appended_episodes_anew(roo
     ]
     assert episodes[1][f"videos/{CAMERA_KEY}/from_timestamp"] == 0.0
     appended = {p for p in v2 if p.startswith("webdataset/train/v2/")} | {
-        "robomimic/parts/v2.hdf5",
+        "robomimic/episodes/rel-xr-b.hdf5",  # a link to its export, not written either
         f"{video}/file-001.mp4",
         "lerobot/train/data/chunk-000/file-001.parquet",
     }
@@ -455,10 +459,11 @@ def test_new_version_links_unchanged_parts_and_writes_appended_episodes_anew(roo
     # the manifest's digests of linked files are v1's, and true
     for f in second.manifest["files"]:
         assert f["sha256"] == file_sha256(second.path / f["path"])
-    # robomimic reads v2's demos through the links: demo_1 is rel-xr-b's in part v2
+    # demo_1 of v2 is rel-xr-b's, read through the link
     with h5py.File(second.path / "robomimic/release.hdf5") as f:
-        assert f["data/demo_1"].attrs["ego_capture_key"] == "rel-xr-b"
-        assert f["data"].get("demo_1", getlink=True).filename == "parts/v2.hdf5"
+        assert f["ego/capture_keys"][:].tolist() == [b"rel-xr-a", b"rel-xr-b"]
+        assert f["data"].get("demo_1", getlink=True).filename == "episodes/rel-xr-b.hdf5"
+        assert f["data/demo_1"].attrs["num_samples"] > 0
 
     # the catalog moves on (rel-xr-b's holos export re-stamped, catalog rebuilt, v3);
     # v2 is packed again from its manifest alone, byte for byte
@@ -477,8 +482,12 @@ def test_new_version_links_unchanged_parts_and_writes_appended_episodes_anew(roo
     shutil.move(root.parent / "v2-moved", second.path)
     assert main(["release", "rebuild", "grow", "v2", "--data", str(root)]) == 2
     assert "exists; give --out a new folder" in capsys.readouterr().err
-    with h5py.File(_holos_file(root, "rel-xr-b"), "a") as f:
+    # an export is re-written as exporters write: a new file renamed into place
+    changed = root / "changed.h5"
+    shutil.copyfile(_holos_file(root, "rel-xr-b"), changed)
+    with h5py.File(changed, "a") as f:
         f["data"].attrs["note"] = "touched"
+    os.replace(changed, _holos_file(root, "rel-xr-b"))
     assert (
         main(
             [
@@ -576,18 +585,20 @@ def test_robomimic_file_holds_each_episode_as_a_demo_with_split_masks(root):
             with h5py.File(_holos_file(root, key)) as src:
                 source = src["data/demo_0"]
                 copied = f[f"data/{demo}"]
-                assert copied.attrs["ego_capture_key"] == key
+                assert f["ego/capture_keys"][int(demo[5:])].decode() == key
                 np.testing.assert_array_equal(copied["actions"][:], source["actions"][:])
                 np.testing.assert_array_equal(
                     copied["obs/device_pose"][:], source["obs/device_pose"][:]
                 )
                 assert copied.attrs["num_samples"] == source.attrs["num_samples"]
                 total += int(source.attrs["num_samples"])
-                # an external link into the part file; scales re-attached inside that file,
-                # to this demo's own axis (one part: demo_<j> there is demo_<i> here)
-                assert f["data"].get(demo, getlink=True).filename == "parts/v1.hdf5"
+                # an external link to the episode's export, hard-linked: the same bytes
+                link = f["data"].get(demo, getlink=True)
+                assert (link.filename, link.path) == (f"episodes/{key}.hdf5", "/data/demo_0")
+                linked = result.path / "robomimic" / link.filename
+                assert linked.stat().st_ino == _holos_file(root, key).stat().st_ino
                 axes = [[s.name for s in dim.values()] for dim in copied["obs/device_pose"].dims]
-                assert axes[0] == [f"/data/{demo}/time"]
+                assert axes[0] == ["/data/demo_0/time"]
                 assert (
                     copied.file[axes[1][0]][:].tolist()
                     == src[source["obs/device_pose"].dims[1][0].name][:].tolist()

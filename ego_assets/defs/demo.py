@@ -21,6 +21,9 @@
    the dataset catalog's composition and export coverage (`ego-assets catalog`), and a
    closing block: where everything is, what to open, what the blocked captures need.
    Dagster's and dbt's own output goes to ``<data>/logs/demo.log`` meanwhile.
+5. Builds the sample dataset release ``demo`` (`build_sample_release`: every episode the
+   gate allows, all three formats, spec ``<data>/releases/demo.toml`` written when
+   missing) below ``<data>/releases/demo/`` and prints its manifest summary.
 
 A second run finds every run key done and only prints the tables.
 """
@@ -66,6 +69,7 @@ from ego_assets.demo_report import (
     print_captures,
     print_closing,
     print_exports,
+    print_release,
     skipped_status,
     wrap,
 )
@@ -74,6 +78,8 @@ from ego_assets.exports.egosmith import egosmith_rows
 from ego_assets.fixtures import real_fixture
 from ego_assets.landing import skipped_entries
 from ego_assets.quality.waivers import add_waiver, read_waivers
+from ego_assets.releases.build import BuildResult, build_release
+from ego_assets.releases.spec import spec_path
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 
@@ -95,6 +101,19 @@ ARIA_WAIVER = (
     "the sample folder joins two recordings; the 53 s gap between them is known, not a dropout",
     "ego-assets demo",
 )
+# The sample release: every episode the gate allows, in all three formats.
+DEMO_RELEASE = "demo"
+DEMO_RELEASE_SPEC = """\
+[release]
+licence = "CC-BY-4.0"
+description = "Every demo capture the export gate allows (make demo)."
+formats = ["webdataset", "robomimic", "lerobot"]
+
+[split]
+by = "episode"
+seed = 1
+fractions = { train = 0.5, valid = 0.5 }
+"""
 # Keep the terminal for the progress bar and the tables (a blocked export is a table row,
 # not a traceback); the UI has the full event log.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -279,8 +298,26 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     if catalog_error:
         print(wrap(catalog_error, "dataset catalog: FAILED ", "  "), file=out)
     shown = run_catalog(data_dir, out=out)
+    release, release_error = build_sample_release(data_dir) if not catalog_error else (None, "")
+    if release is not None:
+        print_release(release.manifest, release.path, release.written, out)
+    elif release_error:
+        print(wrap(release_error, "sample release: FAILED ", "  "), file=out)
     print_closing(data_dir, dagster_home, statuses, out)
-    return 1 if failures or catalog_error or shown != 0 else 0
+    return 1 if failures or catalog_error or shown != 0 or release_error else 0
+
+
+def build_sample_release(data_dir: Path) -> tuple[BuildResult | None, str]:
+    """Build release `DEMO_RELEASE` (its spec written when missing): (result, "") or
+    (None, the one-line error)."""
+    spec = spec_path(data_dir, DEMO_RELEASE)
+    if not spec.exists():
+        spec.parent.mkdir(parents=True, exist_ok=True)
+        spec.write_text(DEMO_RELEASE_SPEC, encoding="utf-8")
+    try:
+        return build_release(data_dir, DEMO_RELEASE), ""
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def refresh_aggregates(defs: dg.Definitions, instance: dg.DagsterInstance) -> str:

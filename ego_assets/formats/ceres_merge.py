@@ -330,7 +330,8 @@ def merge_shards(
             data_file = _one(shard, "data/*/*.parquet")
             table = pq.read_table(data_file, columns=["task_index"] if linked else None)
             n = table.num_rows
-            local_tasks = list(pd.read_parquet(shard / TASKS_FILE).index)
+            # the pandas index ``task`` is the column ``task`` (pyarrow alone: no pandas)
+            local_tasks = pq.read_table(shard / TASKS_FILE, columns=["task"])["task"].to_pylist()
             for text in local_tasks:
                 if text not in tasks:
                     tasks.append(text)
@@ -382,9 +383,10 @@ def merge_shards(
             else:
                 write_json(out / written, metadata)
             for spec in sorted((shard / TASK_SPEC_DIR).glob("*.json")):
-                target = out / TASK_SPEC_DIR / spec.name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(spec, target)
+                target = out / TASK_SPEC_DIR / spec.name  # named by its SHA-256
+                if not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(spec, target)
             merged.append(
                 {
                     "episode_index": new_index,

@@ -1,13 +1,14 @@
 """A release's WebDataset: ``webdataset/<split>/<part>/shard-NNNNNN.tar`` and ``index.json``.
 
 Built from the per-episode EgoSmith exports (``exports/egosmith/<key>/``): every sample's
-members are copied byte for byte (no image or array is decoded or re-encoded) into the
-release's shards of the episode's split and part (`layout`), episodes in the part's
-order, with the EgoSmith shard writer (deterministic USTAR members, a sample never
-straddles two shards). A part kept from the previous version keeps its shards there:
-they are hard-linked and their index entries carried over, nothing is re-read. Each
-sample's ``meta.json`` is the episode export's own; the release split is the shard's
-folder (and the index), not ``meta.json``'s ``split`` field.
+tar bytes (its members' USTAR headers and padded data, as the EgoSmith writer made them:
+mode 0444, owner 0:0, mtime 0) are copied byte for byte, headers checked (checksum,
+regular file, ``<key>.<known extension>``), nothing decoded, into the release's shards of
+the episode's split and part (`layout`), episodes in the part's order, with the EgoSmith
+shard writer (a sample never straddles two shards). A part kept from the previous
+version keeps its shards there: they are hard-linked and their index entries carried
+over, nothing is re-read. Each sample's ``meta.json`` is the episode export's own; the
+release split is the shard's folder (and the index), not ``meta.json``'s ``split`` field.
 
 ``index.json`` lets a loader shuffle shards and resume: per split its shards, episodes and
 samples; per shard its path, split, sample count, bytes, SHA-256 and the byte offset of
@@ -17,25 +18,24 @@ every sample's first tar header; per episode its split, first shard and offset, 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ego_assets.fileio import link_or_copy
 from ego_assets.formats import egosmith_constants as C
-from ego_assets.formats.egosmith_reader import Report, raw_samples
 from ego_assets.formats.egosmith_webdataset import (
     DEFAULT_SHARD_BYTES,
     EPISODE_FILE,
     EpisodeSummary,
     ShardWriter,
-    tar_sample,
 )
 from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
 
 FOLDER = "webdataset"
 INDEX_FILE = "index.json"
+ZERO_BLOCK = bytes(512)  # a tar archive ends with two
 EXPORT_NAME = "egosmith_shards"
 
 
@@ -43,18 +43,47 @@ class PackError(ValueError):
     """A per-episode export could not be packed; the message names capture and file."""
 
 
-def _episode_samples(folder: Path, key: str) -> Any:
-    """(sample key, [(extension, bytes)...]) of one EgoSmith episode folder, in order."""
+def _checked_header(header: bytes, where: str) -> tuple[str, int]:
+    """(member name, data size) of a USTAR header; PackError naming ``where`` if it is not
+    a regular file of a sample (bad checksum, link, folder, unknown extension)."""
+    stored = int(header[148:156].split(b"\0")[0].strip() or b"0", 8)
+    if stored != sum(header[:148]) + 8 * 32 + sum(header[156:]):
+        raise PackError(f"{where}: bad tar header checksum")
+    name = header[:100].split(b"\0")[0].decode("utf-8", "replace")
+    if header[156:157] not in (b"0", b"\0"):
+        raise PackError(f"{where}: member {name!r} is not a regular file")
+    stem, _, ext = name.partition(".")
+    if "/" in name or not stem or ext not in C.EXTENSIONS:
+        raise PackError(f"{where}: member {name!r} is not <key>.<known extension>")
+    return name, int(header[124:136].split(b"\0")[0].strip() or b"0", 8)
+
+
+def _episode_samples(folder: Path, key: str) -> Iterator[bytes]:
+    """Each sample of one EgoSmith episode folder as its tar bytes, in order: the
+    members' headers and padded data exactly as the export wrote them (headers checked,
+    nothing decoded or re-encoded)."""
     index = folder / EPISODE_FILE
     if not index.is_file():
         raise PackError(f"capture {key}: {index}: no episode.json (export not finished)")
     summary = EpisodeSummary.from_json(index.read_text())
     for shard in summary.shards:
-        report = Report(str(folder / shard["name"]))
-        for sample, members in raw_samples(folder / shard["name"], report):
-            yield sample, [(ext, members[ext]) for ext in C.EXTENSIONS if ext in members]
-        if report.errors:
-            raise PackError(f"capture {key}: {folder / shard['name']}: {report.errors[0]}")
+        path = folder / shard["name"]
+        data = path.read_bytes()
+        where = f"capture {key}: {path}"
+        start = pos = 0
+        sample = ""
+        while pos + 512 <= len(data) and data[pos : pos + 512] != ZERO_BLOCK:
+            name, size = _checked_header(data[pos : pos + 512], where)
+            stem = name.partition(".")[0]
+            if stem != sample and pos > start:
+                yield data[start:pos]
+                start = pos
+            sample = stem
+            pos += 512 + size + (-size % 512)
+        if pos > len(data):
+            raise PackError(f"{where}: truncated (a member runs past the end)")
+        if pos > start:
+            yield data[start:pos]
 
 
 def _pack_part(
@@ -71,8 +100,8 @@ def _pack_part(
         source = Path(root) / episode.exports[EXPORT_NAME]["path"]
         first: tuple[str, int] | None = None
         count = 0
-        for sample, data in _episode_samples(source, episode.capture_key):
-            writer.write_sample(tar_sample(sample, data))
+        for sample in _episode_samples(source, episode.capture_key):
+            writer.write_sample(sample)
             offsets.setdefault(writer.last_sample[0], []).append(writer.last_sample[1])
             first = first or writer.last_sample
             count += 1
