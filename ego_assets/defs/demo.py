@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import dagster as dg
 from tqdm import tqdm
@@ -78,10 +78,11 @@ from ego_assets.exports.egosmith import egosmith_rows
 from ego_assets.fixtures import real_fixture
 from ego_assets.landing import skipped_entries
 from ego_assets.quality.waivers import add_waiver, read_waivers
-from ego_assets.releases.build import BuildResult, build_release
-from ego_assets.releases.spec import spec_path
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+
+if TYPE_CHECKING:
+    from ego_assets.releases.build import BuildResult
 
 log = logging.getLogger(__name__)
 
@@ -307,9 +308,12 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     return 1 if failures or catalog_error or shown != 0 or release_error else 0
 
 
-def build_sample_release(data_dir: Path) -> tuple[BuildResult | None, str]:
+def build_sample_release(data_dir: Path) -> tuple["BuildResult | None", str]:
     """Build release `DEMO_RELEASE` (its spec written when missing): (result, "") or
     (None, the one-line error)."""
+    from ego_assets.releases.build import build_release  # h5py, PyAV: at use only
+    from ego_assets.releases.spec import spec_path
+
     spec = spec_path(data_dir, DEMO_RELEASE)
     if not spec.exists():
         spec.parent.mkdir(parents=True, exist_ok=True)

@@ -292,7 +292,6 @@ def merge_shards(
     ``breaks`` and ``reuse``: see the module docstring (``reuse`` is ignored when the
     earlier merge chose another fps or camera shape).
     """
-    import pandas as pd
 
     infos = [json.loads((s / INFO_FILE).read_text()) for s in shards]
     if not shards:
