@@ -140,20 +140,51 @@ def _post(url: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any
         return exc.code, json.loads(exc.read() or b"{}")
 
 
-def _warm_up(url: str, paths: list[str], timeout_s: float = 600.0) -> dict[str, str]:
-    """POST every export, then wait until the daemon runs one (before the window opens)."""
+def get_json(url: str, path: str) -> dict[str, Any]:
+    """The JSON answer of an authorized GET of ``url + path``."""
     import urllib.request
 
+    request = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def start_api(
+    tmp: Path, env: dict[str, str], captures: str, workers: int, dagster_url: str
+) -> tuple[Any, str]:
+    """``ego-assets serve`` on a free loopback port for one organization whose token is
+    `TOKEN` and whose captures match ``captures`` (a glob), logging to
+    ``tmp/ego-assets-serve.log``; returns (its service, its base URL) once it answers."""
+    from ego_assets.api.config import hash_token
+    from ego_assets_tests.processes import BIN, free_port, start, stop, wait_http_ok
+
+    config = tmp / "api.toml"
+    config.write_text(
+        f'[organizations.bench]\ncaptures = ["{captures}"]\n'
+        f'[organizations.bench.tokens]\nbench = "{hash_token(TOKEN)}"\n'
+    )
+    port = free_port()
+    serve = [str(BIN / "ego-assets"), "serve", "--port", str(port), "--workers", str(workers)]
+    serve += ["--config", str(config), "--dagster-url", dagster_url]
+    server = start("ego-assets-serve", serve, env, tmp)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http_ok(f"{url}/healthz", server, 300)
+    except BaseException:
+        stop([server])
+        raise
+    return server, url
+
+
+def _warm_up(url: str, paths: list[str], timeout_s: float = 600.0) -> dict[str, str]:
+    """POST every export, then wait until the daemon runs one (before the window opens)."""
     pending = {path: _post(url, path, {})[1].get("runId") or "" for path in paths}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for path in paths:
-            request = urllib.request.Request(
-                url + path, headers={"Authorization": f"Bearer {TOKEN}"}
-            )
-            with urllib.request.urlopen(request, timeout=30) as response:
-                if json.loads(response.read())["status"] in ("in_progress", "ready"):
-                    return pending
+            if get_json(url, path)["status"] in ("in_progress", "ready"):
+                return pending
         time.sleep(1.0)
     raise RuntimeError(f"no export run started within {timeout_s} s")
 
@@ -224,12 +255,10 @@ def run(
     import dagster as dg
 
     from ego_assets import pipeline
-    from ego_assets.api.config import hash_token
     from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
     from ego_assets.storage import Storage
     from ego_assets.synth import synthesize
     from ego_assets_tests.processes import (
-        BIN,
         daemon_args,
         free_port,
         fresh_database,
@@ -254,11 +283,6 @@ def run(
             pipeline.ingest_raw(storage, key)
             pipeline.normalize(storage, key)
             pipeline.assess_quality(storage, key)
-        config = tmp / "api.toml"
-        config.write_text(
-            '[organizations.bench]\ncaptures = ["bench-*"]\n'
-            f'[organizations.bench.tokens]\nbench = "{hash_token(TOKEN)}"\n'
-        )
         with fresh_database("ego_bench_api") as db_name:
             home = write_dagster_home(tmp / "dagster_home")
             env = {
@@ -275,20 +299,16 @@ def run(
                 instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, keys)
             services = []
             try:
-                web_port, api_port = free_port(), free_port()
+                web_port = free_port()
                 if exports:
                     services.append(start("dagster-daemon", daemon_args(), env, tmp))
                     web = start("dagster-webserver", webserver_args(web_port), env, tmp)
                     services.append(web)
-                serve = [str(BIN / "ego-assets"), "serve", "--port", str(api_port)]
-                serve += ["--workers", str(workers)]
-                serve += ["--config", str(config), "--dagster-url", f"http://127.0.0.1:{web_port}"]
-                server = start("ego-assets-serve", serve, env, tmp)
+                web_url = f"http://127.0.0.1:{web_port}"
+                server, url = start_api(tmp, env, "bench-*", workers, web_url)
                 services.append(server)
                 if exports:
-                    wait_http_ok(f"http://127.0.0.1:{web_port}/server_info", web, 300)
-                url = f"http://127.0.0.1:{api_port}"
-                wait_http_ok(f"{url}/healthz", server, 120)
+                    wait_http_ok(f"{web_url}/server_info", web, 300)
                 paths = [f"/captures/{k}/{r}" for k in keys for r in ROUTES]
                 latencies, baseline, errors, statuses, runs, cpu = _run_loop(
                     _measure(url, paths, clients, seconds, interval, server.process.pid, exports)

@@ -1,6 +1,7 @@
 """Benchmark: captures on the production path beside the library loop over the same captures.
 
-``python -m bench stream [--json FILE] [--captures 6] [--seconds 10] [--interval 5]``
+``python -m bench stream [--json FILE] [--captures 6] [--seconds 10] [--interval 5]
+[--load-repeats 5]``
 
 The production path as deployed on one box: a fresh database on the machine's PostgreSQL
 (127.0.0.1:5432), the run coordinator and run limits of ``infra/dagster.yaml``, the real
@@ -10,16 +11,26 @@ location). ``--captures`` captures of ``--seconds`` s (kinds in turn: Holos iPho
 Vision Pro, WebXR) land at once (the burst), then one more alone.
 
 Beside it, in this process, the library loop over the same captures (ingest, trajectory,
-quality, the three exports; the GX warm-up paid before), and the code location's load
-(``import ego_assets.definitions`` + ``defs()``) next to ``import dagster``, each in a
-fresh interpreter.
+quality, the three exports; one short capture of each kind through it before, untimed, so
+the lazily imported libraries and the GX context are loaded), and the code location's
+load (``import ego_assets.definitions`` + ``defs()``) next to ``import dagster``, each in
+a fresh interpreter, ``--load-repeats`` times alternating (medians reported). Per capture
+kind, the library loop's real-time factor: seconds of capture per CPU second of this
+process (all threads, and children it waited for) over all its assets.
+
+Then the export API on the same deployment: ``dagster-webserver`` and ``ego-assets
+serve`` start, one more capture (``--seconds``, Holos iPhone) is ingested, normalized and
+judged in the data folder by the library, and each export is asked for in turn through
+the API (``POST /captures/<key>/export-<format>``), polled until ``ready``; beside it the
+library loop's time for the same export of the same capture.
 
 Per capture run, from its events: queue (enqueued -> starting), code-location load (starting
 -> the run worker's RUN_START: process start and import), run start (RUN_START -> first
 step) and steps (first step -> run end). Writes
 ``{"burst_overhead_ratio": burst wall / library loop over the burst,
 "single_latency_ratio": marker -> last export of the lone capture / its library time,
-"code_location_load_s": ..., ...}``.
+"api_ready_ratio": worst over the formats of (POST -> ready - one refresher tick) / that
+export's library time (target 2), "code_location_load_s": ..., ...}``.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -40,47 +52,105 @@ from typing import Any
 import yaml
 
 from bench import name_value_table, postgres_home, report
+from ego_assets.exports import registry
 
 REPO = Path(__file__).resolve().parents[1]
 KINDS = ("holos-iphone", "holos-visionpro", "webxr")
+API_KIND = "holos-iphone"  # the API's capture: every export applies to it
 # instance settings taken from the deployment's dagster.yaml (storage and logs are the bench's)
 INSTANCE_KEYS = ("run_coordinator", "concurrency", "sensors", "backfills")
-EXPORTS = ("holos_hdf5", "egosmith_shards", "ceres_episode")
+EXPORTS = registry.names()
 CEILING_S = 3600.0
-SMOKE_ARGS = ["--captures", "1", "--seconds", "2", "--interval", "1"]  # 2 s: the policy minimum
+WARM_SECONDS = 2.0  # the warm-up captures' length (the policy minimum)
+SMOKE_ARGS = [
+    *("--captures", "1", "--seconds", "2", "--interval", "1"),  # 2 s: the policy minimum
+    *("--load-repeats", "1"),
+]
 
 
-def _stage(seconds: float, keys: list[str], out: Path) -> None:
-    """One capture folder per key under ``out`` (kinds in turn), marker included."""
+def _stage(
+    seconds: float, keys: list[str], out: Path, kinds: tuple[str, ...] = KINDS
+) -> dict[str, str]:
+    """One capture folder per key under ``out`` (``kinds`` in turn), marker included;
+    returns each key's synthetic kind."""
     from ego_assets.synth import synthesize
 
-    for i, key in enumerate(keys):
-        synthesize(KINDS[i % len(KINDS)], out / key, seconds=seconds, seed=i, capture_id=key)
+    staged = {key: kinds[i % len(kinds)] for i, key in enumerate(keys)}
+    for i, (key, kind) in enumerate(staged.items()):
+        synthesize(kind, out / key, seconds=seconds, seed=i, capture_id=key)
+    return staged
 
 
-def _library(root: Path, staged: Path, keys: list[str]) -> dict[str, float]:
-    """Seconds per capture of the library loop (every per-capture asset's work)."""
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process's threads and of its waited-for children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _library(storage: Any, kinds: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The library loop (every per-capture asset's work) over the captures ``kinds``
+    names (key -> synthetic kind), already in the landing zone of ``storage``; per
+    capture: its kind, seconds of capture, wall and CPU seconds of all its assets, and
+    wall seconds of each export."""
     from ego_assets import pipeline
-    from ego_assets.exports.ceres import CeresExporter
-    from ego_assets.exports.egosmith import EgoSmithExporter
-    from ego_assets.exports.holos import HolosExporter
     from ego_assets.exports.run import run_export
+
+    exporters = {fmt.name: fmt.exporter_class()() for fmt in registry.formats()}
+    out: dict[str, dict[str, Any]] = {}
+    for key, kind in kinds.items():
+        start, cpu = time.perf_counter(), _cpu_s()
+        pipeline.ingest_raw(storage, key)
+        duration = pipeline.normalize(storage, key).figures["duration_s"]
+        pipeline.assess_quality(storage, key)
+        exports = {}
+        for name, exporter in exporters.items():
+            began = time.perf_counter()
+            run_export(storage, key, exporter)
+            exports[name] = time.perf_counter() - began
+        out[key] = {
+            "kind": kind,
+            "capture_s": float(duration),
+            "wall_s": time.perf_counter() - start,
+            "cpu_s": _cpu_s() - cpu,
+            "exports_s": exports,
+        }
+    return out
+
+
+def _library_loop(tmp: Path, staged: Path, kinds: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """`_library` over copies of the staged captures ``kinds`` names, after one untimed
+    short capture of each kind (the imports a step makes on first use, the GX context)."""
+    from ego_assets.quality.expectations import warm_up
     from ego_assets.storage import Storage
 
-    for key in keys:
-        shutil.copytree(staged / key, root / "landing" / key)
-    storage = Storage(str(root))
-    exporters = (HolosExporter(), EgoSmithExporter(), CeresExporter())
-    times: dict[str, float] = {}
-    for key in keys:
-        start = time.perf_counter()
-        pipeline.ingest_raw(storage, key)
-        pipeline.normalize(storage, key)
-        pipeline.assess_quality(storage, key)
-        for exporter in exporters:
-            run_export(storage, key, exporter)
-        times[key] = time.perf_counter() - start
-    return times
+    warm = _stage(WARM_SECONDS, [f"warm-{i}" for i in range(len(KINDS))], tmp / "warm" / "landing")
+    warm_up()
+    _library(Storage(str(tmp / "warm")), warm)
+    for key in kinds:
+        shutil.copytree(staged / key, tmp / "library" / "landing" / key)
+    return _library(Storage(str(tmp / "library")), kinds)
+
+
+def _by_kind(library: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per capture kind: captures, seconds of capture, CPU and wall seconds of all assets,
+    and the real-time factor (seconds of capture per CPU second)."""
+    kinds: dict[str, dict[str, float]] = {}
+    for row in library.values():
+        total = kinds.setdefault(row["kind"], dict.fromkeys(("captures", "capture_s"), 0.0))
+        total["captures"] += 1
+        for part in ("capture_s", "cpu_s", "wall_s"):
+            total[part] = total.get(part, 0.0) + row[part]
+    return {
+        kind: {
+            "captures": int(t["captures"]),
+            "capture_s": round(t["capture_s"], 3),
+            "cpu_s": round(t["cpu_s"], 3),
+            "wall_s": round(t["wall_s"], 3),
+            "realtime_factor": round(t["capture_s"] / t["cpu_s"], 3),
+        }
+        for kind, t in sorted(kinds.items())
+    }
 
 
 def _timed_python(code: str) -> float:
@@ -89,6 +159,16 @@ def _timed_python(code: str) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
     return time.perf_counter() - start
+
+
+def _load_times(repeats: int) -> dict[str, list[float]]:
+    """``import dagster`` and the capture code location's load, ``repeats`` times each,
+    alternating (so a change in the machine's load reaches both alike)."""
+    times: dict[str, list[float]] = {"dagster": [], "location": []}
+    for _ in range(repeats):
+        times["dagster"].append(_timed_python("import dagster"))
+        times["location"].append(_timed_python("import ego_assets.definitions as d; d.defs()"))
+    return times
 
 
 def _instance_config() -> dict[str, Any]:
@@ -164,8 +244,70 @@ def _land(staged: Path, landing: Path, key: str) -> None:
     os.utime(landing / key / "ego_capture.json")
 
 
+def _api_exports(
+    instance: Any, env: dict[str, str], tmp: Path, staged: Path, key: str
+) -> dict[str, dict[str, float]]:
+    """Each export of ``key`` asked through the export API in turn (``dagster-webserver``
+    and ``ego-assets serve`` on this deployment), ``key`` ingested, normalized and judged
+    first by the library; per format: POST -> ``ready`` seconds and its run's split."""
+    from bench.api import _post, start_api
+    from ego_assets import pipeline
+    from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
+    from ego_assets.storage import Storage
+    from ego_assets_tests.processes import free_port, start, stop, wait_http_ok, webserver_args
+
+    storage = Storage(env["EGO_DATA_DIR"], landing=str(staged))  # not the sensor's landing
+    pipeline.ingest_raw(storage, key)
+    pipeline.normalize(storage, key)
+    pipeline.assess_quality(storage, key)
+    instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, [key])
+    web_port = free_port()
+    web_url = f"http://127.0.0.1:{web_port}"
+    services = [start("dagster-webserver", webserver_args(web_port), env, tmp)]
+    try:
+        server, url = start_api(tmp, env, key, 1, web_url)
+        services.append(server)
+        wait_http_ok(f"{web_url}/server_info", services[0], CEILING_S)
+        out = {}
+        for fmt in registry.formats():
+            path = f"/captures/{key}/{fmt.route}"
+            asked = time.monotonic()
+            status, body = _post(url, path, {})
+            if status != 202:
+                raise RuntimeError(f"POST {path}: {status} {body}")
+            state = _settled(url, path)
+            ready_s = time.monotonic() - asked
+            if state["status"] != "ready":
+                raise RuntimeError(f"{path}: {state}")
+            split = _split(instance, body["runId"])
+            out[fmt.name] = {"ready_s": ready_s, **{k: v for k, v in split.items() if k != "end"}}
+        return out
+    finally:
+        stop(services)
+
+
+def _settled(url: str, path: str, poll_s: float = 0.05) -> dict[str, Any]:
+    """The API's answer for the export at ``path`` once it is ``ready`` or ``failed``."""
+    from bench.api import get_json
+
+    start = time.monotonic()
+    while True:
+        state = get_json(url, path)
+        if state["status"] in ("ready", "failed"):
+            return state
+        if time.monotonic() - start > CEILING_S:
+            raise TimeoutError(f"waited {CEILING_S:.0f} s for {path}: {state}")
+        time.sleep(poll_s)
+
+
 def _daemon_path(
-    data: Path, home: Path, staged: Path, burst: list[str], lone: str, interval: int
+    data: Path,
+    home: Path,
+    staged: Path,
+    burst: list[str],
+    lone: str,
+    interval: int,
+    api_key: str,
 ) -> dict[str, Any]:
     import dagster as dg
 
@@ -213,6 +355,9 @@ def _daemon_path(
                 failed.append(lone)
             single_s = _last_export(instance, lone) - marker
             splits[lone] = _split(instance, lone_run.run_id)
+            if failed:
+                raise RuntimeError(f"capture runs failed: {failed} (log: {home / 'daemon.log'})")
+            api = _api_exports(instance, env, home, staged, api_key)
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
         try:
@@ -221,9 +366,7 @@ def _daemon_path(
             os.killpg(daemon.pid, signal.SIGKILL)
             daemon.wait()
         log.close()
-    if failed:
-        raise RuntimeError(f"capture runs failed: {failed} (daemon log: {home / 'daemon.log'})")
-    return {"burst_s": burst_s, "single_s": single_s, "splits": splits}
+    return {"burst_s": burst_s, "single_s": single_s, "splits": splits, "api": api}
 
 
 def _sensor_ticks(instance: Any) -> list[Any]:
@@ -237,28 +380,39 @@ def _sensor_ticks(instance: Any) -> list[Any]:
     return ticks
 
 
-def run(captures: int, seconds: float, interval: int) -> dict[str, Any]:
-    from ego_assets.quality.expectations import warm_up
+def run(captures: int, seconds: float, interval: int, load_repeats: int = 5) -> dict[str, Any]:
+    from ego_assets.api.snapshot import TICK_S
 
     burst = [f"st-{i:04d}" for i in range(captures)]
     lone = f"st-{captures:04d}"
+    api_key = "st-api"
     keys = [*burst, lone]
     load = os.getloadavg()
-    dagster_s = _timed_python("import dagster")
-    location_s = _timed_python("import ego_assets.definitions as d; d.defs()")
+    loads = _load_times(load_repeats)
+    dagster_s, location_s = (statistics.median(loads[k]) for k in ("dagster", "location"))
     with tempfile.TemporaryDirectory(prefix="ego-bench-stream-") as tmp_name:
         tmp = Path(tmp_name)
-        _stage(seconds, keys, tmp / "staged")
-        warm_up()
-        library = _library(tmp / "library", tmp / "staged", keys)
+        kinds = _stage(seconds, keys, tmp / "staged")
+        kinds.update(_stage(seconds, [api_key], tmp / "staged", (API_KIND,)))
+        library = _library_loop(tmp, tmp / "staged", kinds)
         with postgres_home(tmp / "home", "ego_stream", _instance_config()) as (home, _):
-            path = _daemon_path(tmp / "data", home, tmp / "staged", burst, lone, interval)
+            path = _daemon_path(tmp / "data", home, tmp / "staged", burst, lone, interval, api_key)
     splits = path["splits"]
-    library_burst = sum(library[k] for k in burst)
+    wall = {k: row["wall_s"] for k, row in library.items()}
+    library_burst = sum(wall[k] for k in burst)
     per_run = {
         part: round(statistics.median(s[part] for s in splits.values()), 3)
         for part in ("queue_s", "code_location_load_s", "run_start_s", "steps_s")
     }
+    api = {
+        name: {
+            "library_s": round(library[api_key]["exports_s"][name], 3),
+            **{k: round(v, 3) for k, v in times.items()},
+            "ratio": round((times["ready_s"] - TICK_S) / library[api_key]["exports_s"][name], 3),
+        }
+        for name, times in path["api"].items()
+    }
+    timed = [library[k] for k in keys]
     return {
         "captures": captures,
         "capture_seconds": seconds,
@@ -268,15 +422,23 @@ def run(captures: int, seconds: float, interval: int) -> dict[str, Any]:
         "import_dagster_s": round(dagster_s, 3),
         "code_location_load_s": round(location_s, 3),
         "code_location_to_dagster_ratio": round(location_s / dagster_s, 3),
+        "load_runs_s": {k: [round(v, 3) for v in vs] for k, vs in loads.items()},
         "library_burst_s": round(library_burst, 3),
-        "library_single_s": round(library[lone], 3),
-        "library_median_capture_s": round(statistics.median(library.values()), 3),
-        "library_realtime_factor": round(seconds * len(keys) / sum(library.values()), 3),
+        "library_single_s": round(wall[lone], 3),
+        "library_median_capture_s": round(statistics.median(wall[k] for k in keys), 3),
+        "library_realtime_factor": round(seconds * len(keys) / sum(wall[k] for k in keys), 3),
+        "library_realtime_factor_cpu": round(
+            sum(r["capture_s"] for r in timed) / sum(r["cpu_s"] for r in timed), 3
+        ),
+        "realtime_factor_by_kind": _by_kind({k: library[k] for k in keys}),
         "burst_s": round(path["burst_s"], 3),
         "single_latency_s": round(path["single_s"], 3),
         "run_split_median": per_run,
         "burst_overhead_ratio": round(path["burst_s"] / library_burst, 3),
-        "single_latency_ratio": round(path["single_s"] / library[lone], 3),
+        "single_latency_ratio": round(path["single_s"] / wall[lone], 3),
+        "refresher_tick_s": TICK_S,
+        "api_exports": api,
+        "api_ready_ratio": max(row["ratio"] for row in api.values()),
     }
 
 
@@ -286,12 +448,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--captures", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--interval", type=int, default=5)
+    parser.add_argument(
+        "--load-repeats", type=int, default=5, help="alternating runs of each load timing"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("bench").setLevel(logging.INFO)  # the table, not every library's log
-    if args.captures < 1 or args.seconds <= 0 or args.interval < 1:
-        parser.error("--captures >= 1, --seconds > 0 and --interval >= 1")
-    result = run(args.captures, args.seconds, args.interval)
+    if args.captures < 1 or args.seconds <= 0 or args.interval < 1 or args.load_repeats < 1:
+        parser.error("--captures >= 1, --seconds > 0, --interval >= 1, --load-repeats >= 1")
+    result = run(args.captures, args.seconds, args.interval, args.load_repeats)
     split = result["run_split_median"]
     rows = [
         ("load (1/5/15 min) before", " ".join(map(str, result["load_before"]))),
@@ -304,7 +469,20 @@ def main(argv: list[str]) -> int:
         ("marker -> last export, lone", f"{result['single_latency_s']:.2f} s"),
         ("single_latency_ratio", f"{result['single_latency_ratio']:.2f}"),
         *((f"per run (median) {k}", f"{v:.2f} s") for k, v in split.items()),
-        ("library real-time factor", f"{result['library_realtime_factor']:.2f}x"),
+        ("library real-time factor (wall)", f"{result['library_realtime_factor']:.2f}x"),
+        ("library real-time factor (CPU)", f"{result['library_realtime_factor_cpu']:.2f}x"),
+        *(
+            (f"  {kind} ({row['captures']}, CPU)", f"{row['realtime_factor']:.2f}x")
+            for kind, row in result["realtime_factor_by_kind"].items()
+        ),
+        *(
+            (
+                f"API {name}: POST -> ready / library",
+                f"{row['ready_s']:.2f} / {row['library_s']:.2f} s",
+            )
+            for name, row in result["api_exports"].items()
+        ),
+        ("api_ready_ratio (worst)", f"{result['api_ready_ratio']:.2f}"),
     ]
     report(name_value_table(rows), result, args.json)
     return 0
