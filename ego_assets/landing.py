@@ -21,7 +21,8 @@ keeps the immutable copy), e.g. with a bucket lifecycle rule.
 Folder names that are not valid capture keys are reported and passed over (they can
 never be partitions). A symlink in a local landing zone is passed over too: a capture
 is a folder uploaded into the zone, and a link could point anywhere. `skipped_entries`
-lists every entry passed over, with why.
+lists every entry passed over, with why. A capture quarantined after a consent
+withdrawal (``<root>/quarantine/<key>/``) is passed over if it is uploaded again.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 from ego_assets.capture.files import MARKER_FILE
 from ego_assets.errors import CaptureKeyError
 from ego_assets.keys import is_valid_capture_key, validate_capture_key
-from ego_assets.storage import Storage, is_local
+from ego_assets.storage import QUARANTINE_DIR, Storage, is_local
 
 GRACE_S = 60
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -45,13 +46,16 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 class LandingScan:
     """One scan: new capture keys (ordered), rejected folder names, the next cursor.
 
-    ``pending`` counts complete captures left for later ticks by ``limit``.
+    ``pending`` counts complete captures left for later ticks by ``limit``;
+    ``quarantined``: keys passed over because ``<root>/quarantine/<key>/`` exists (their
+    demonstrator withdrew consent; docs/releases.md).
     """
 
     keys: tuple[str, ...]
     rejected: tuple[str, ...]
     cursor: str | None
     pending: int
+    quarantined: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +143,24 @@ def scan_landing(
         return LandingScan((), (), cursor, 0)
     keys = tuple(name for _, name in taken if is_valid_capture_key(name))
     rejected = tuple(name for _, name in taken if not is_valid_capture_key(name))
-    return LandingScan(keys, rejected, state.advance(taken, grace_ns), len(complete) - len(taken))
+    held = quarantined_keys(storage) if keys and storage.is_local else set()
+    return LandingScan(
+        tuple(k for k in keys if k not in held),
+        rejected,
+        state.advance(taken, grace_ns),
+        len(complete) - len(taken),
+        tuple(k for k in keys if k in held),
+    )
+
+
+def quarantined_keys(storage: Storage) -> set[str]:
+    """Capture keys with a folder in ``<root>/quarantine/`` (one listing; quarantine, like
+    ``ego-assets withdraw``, exists on local data roots only, so S3 ticks stay one LIST)."""
+    folder = storage.root / QUARANTINE_DIR
+    try:
+        return {p.name for p in folder.iterdir()}
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
 
 
 def skipped_entries(storage: Storage) -> list[tuple[str, str]]:

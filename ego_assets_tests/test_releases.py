@@ -1032,3 +1032,16 @@ def test_episodes_releases_column_follows_new_versions_incrementally(root):
     # nothing new: staging reads no manifest
     with catalog_database(storage, write=True) as db:
         assert stage_rows(storage, db).changed["release_versions"] == 0
+
+
+def test_the_landing_scan_passes_over_a_quarantined_capture(tmp_path):
+    from ego_assets.landing import scan_landing
+
+    for key in ("cap-a", "cap-b", "cap-c"):
+        (tmp_path / "landing" / key).mkdir(parents=True)
+        (tmp_path / "landing" / key / "ego_capture.json").write_text("{}")
+    (tmp_path / "quarantine" / "cap-b" / "raw").mkdir(parents=True)
+    scan = scan_landing(Storage(tmp_path), None, limit=10)
+    assert (scan.keys, scan.quarantined, scan.rejected) == (("cap-a", "cap-c"), ("cap-b",), ())
+    again = scan_landing(Storage(tmp_path), scan.cursor, limit=10)
+    assert again.keys == () and again.quarantined == ()  # handed out once, like any other

@@ -140,6 +140,8 @@ def _landing_sensor(
     scan = scan_landing(storage.get_storage(), context.cursor, MAX_CAPTURES_PER_TICK)
     for name in scan.rejected:
         context.log.warning(f"landing folder {name!r} is not a valid capture key; skipped")
+    for key in scan.quarantined:
+        context.log.warning(f"capture {key!r} is quarantined (consent withdrawn); skipped")
     follow_ups = follow_up_requests(context.instance, sets, per_run, time.time())
     if not scan.keys and not follow_ups:
         if scan.cursor != context.cursor:
