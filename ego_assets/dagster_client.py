@@ -167,8 +167,9 @@ def runs_updated_since(instance: dg.DagsterInstance, since: float) -> list[RunIn
 
 
 def run_failure(instance: dg.DagsterInstance, run_id: str) -> str:
-    """Why a run failed: ``step <key>: <error>`` of its first failed step, else the run
-    failure's message; "" when its log says nothing."""
+    """Why a run failed: ``step <key>: <error>`` of its first failed step (a `dg.Failure`'s
+    own description, such as a blocked export's reasons, rather than its class name),
+    else the run failure's message; "" when its log says nothing."""
     message = ""
     records = instance.all_logs(
         run_id, of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE}
@@ -177,10 +178,13 @@ def run_failure(instance: dg.DagsterInstance, run_id: str) -> str:
         event = entry.dagster_event
         if event is None:
             continue
-        error = getattr(event.event_specific_data, "error", None)
-        if error is not None and getattr(error, "message", None):
+        data = event.event_specific_data
+        error = getattr(data, "error", None)
+        described = getattr(getattr(data, "user_failure_data", None), "description", None)
+        text = described or getattr(error, "message", None)
+        if text:
             step = f"step {event.step_key}: " if event.step_key else ""
-            return step + error.message.strip()
+            return step + str(text).strip()
         if not message and event.message:
             message = event.message
     return message

@@ -192,13 +192,13 @@ def assess_quality(storage: Storage, key: str) -> StepResult:
 
 
 def _gate_figures(gate: Gate) -> dict[str, float | int | str]:
+    """One key per fact: the verdict (``gate``), the report's worst status (``quality``);
+    the policy version is a label (text), not a figure to plot."""
     return {
-        "gate": gate.summary(),
-        "status": gate.status,
-        "export": gate.verdict,
+        "gate": gate.verdict,
+        "quality": gate.status,
         "worst_metric": gate.worst_metric,
-        "policy_version": gate.policy_version,
-        "blocking_reasons": len(gate.reasons),
+        "policy_version": str(gate.policy_version),
         "waived_metrics": len(gate.waived),
     }
 

@@ -146,7 +146,7 @@ def test_uploaded_capture_is_registered_and_fully_materialized_by_daemon_and_sen
         assert quality is not None and quality.asset_materialization is not None
         metadata = quality.asset_materialization.metadata
         # A clean 2 s capture: only its short duration is flagged (warn, exports allowed).
-        assert metadata["status"].value == "warn"
+        assert (metadata["quality"].value, metadata["gate"].value) == ("warn", "allowed")
         assert metadata["worst_metric"].value == "episode/duration_s"
         assert metadata["duration (s)"].value == pytest.approx(2.0, abs=0.1)
 
@@ -177,7 +177,7 @@ def test_uploaded_capture_is_registered_and_fully_materialized_by_daemon_and_sen
         report = json.loads(body)
         # Dagster's metadata is the stored report's verdict.
         assert report["capture_id"] == CAPTURE_KEY
-        assert metadata["status"].value == report["status"]
+        assert metadata["quality"].value == report["status"]
         assert metadata["worst_metric"].value == report["worst_metric"]
     finally:
         instance.dispose()

@@ -127,13 +127,14 @@ def test_blocked_episodes_are_not_exported_single_or_ranged(tmp_path, landing):
             e.asset_key.path[-1] for e in single.get_asset_materialization_events()
         }
         ranged = _run(tmp_path, instance, tags={RANGE_START: KEYS[0], RANGE_END: KEYS[1]})
-        assert ranged.success
-        events = {
-            e.partition: e.materialization.metadata
-            for e in ranged.get_asset_materialization_events()
-            if e.asset_key.path[-1] == "holos_hdf5"
-        }
-        assert events["b-lost"]["export"].value == "blocked"
+        assert not ranged.success  # the export step fails naming the blocked capture
+        (failure,) = [e for e in ranged.all_events if e.is_step_failure]
+        assert failure.step_key == "holos_hdf5"
+        reasons = failure.step_failure_data.user_failure_data.metadata["blocking_reasons"]
+        assert list(reasons.value) == ["b-lost"]
+        records = instance.fetch_materializations(holos_hdf5.key, limit=10).records
+        events = {r.partition_key: r.asset_materialization.metadata for r in records}
+        assert list(events) == ["a-vp"]  # nothing claims b-lost's export
         assert "file" in events["a-vp"] and events["a-vp"]["samples"].value > 0
     assert validate_file(_export(tmp_path, "a-vp")) == []
     assert not (tmp_path / "exports" / "holos_hdf5" / "b-lost").exists()

@@ -7,6 +7,12 @@ what the pages show: the intake assets on the lineage graph, both partitions fil
 quality report partition page's verdict and rounded, unit-labelled figures; the blocked
 capture marked failed in the export gate check's partition view, with the reason; the
 timeline PNG shown in the metadata, read back from the page, with its legend text.
+
+Blocked is visible in every view a user opens first (#27): the runs list shows the
+blocked capture's run as a failure tagged ``ego/gate: blocked`` (the clean one's as a
+success tagged ``allowed``); every export asset's partition of the blocked capture reads
+Failed, not Missing nor Materialized, and its "View logs" names the gate's reasons;
+quality_report's partition of it opens with ``gate: blocked`` and the reasons.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ from PIL import Image
 
 from ego_assets.definitions import ASSETS
 from ego_assets.defs.catalog import CATALOG_RESOURCES
+from ego_assets.defs.episodes import is_blocked_failure, planned_per_partition
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.defs.resources import StorageResource
+from ego_assets.exports import registry
 from ego_assets.synth import synthesize
 from ego_assets_tests.browser import MISSING, chromium_available, headless_chromium
 from ego_assets_tests.processes import free_port, start, stop, wait_http_ok, webserver_args
@@ -47,9 +55,11 @@ class Served:
     data: Path
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    """A webserver over an instance holding one materialized capture; stopped by its pid."""
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A webserver over an instance holding the two captures' runs (made once for the
+    module: the pages only read it); stopped by its pid."""
+    tmp_path = tmp_path_factory.mktemp("served")
     home, data = tmp_path / "dagster_home", tmp_path / "data"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -67,10 +77,20 @@ def served(tmp_path: Path) -> Iterator[Served]:
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, [BLOCKED_KEY, CAPTURE_KEY])
         for key in (BLOCKED_KEY, CAPTURE_KEY):
-            result = dg.materialize(
-                per_capture, partition_key=key, resources=resources, instance=instance
+            with planned_per_partition():  # runs created as the demo creates them
+                result = dg.materialize(
+                    per_capture,
+                    partition_key=key,
+                    resources=resources,
+                    instance=instance,
+                    raise_on_error=False,
+                )
+            failed = [e for e in result.all_events if e.is_step_failure]
+            # the blocked capture: only its export steps fail, each saying why
+            assert {e.step_key for e in failed} == (
+                set(registry.names()) if key == BLOCKED_KEY else set()
             )
-            assert result.success  # a blocked export is no failed run
+            assert all(is_blocked_failure(e.step_failure_data) for e in failed)
         catalog = [a for a in ASSETS if a.partitions_def is None]
         assert dg.materialize(catalog, resources=resources, instance=instance).success
     port = free_port()
@@ -210,8 +230,8 @@ def test_asset_graph_and_partition_quality_page_show_assets_and_figures(
     browser.save_screenshot(str(tmp_path / "quality_report_partition.png"))
     values = _metadata_values(page)
     assert CAPTURE_KEY in page.splitlines()
-    assert values["gate"] == "quality: warn — export: allowed"
-    assert values["status"] == "warn"
+    assert (values["gate"], values["quality"]) == ("allowed", "warn")
+    assert "status" not in values and "export" not in values  # one key per fact
     assert values["worst_metric"] == "episode/duration_s"
     assert values["duration (s)"] == "1.967"  # rounded to 4 significant digits
     assert values["report"] == str(served.data / "quality" / CAPTURE_KEY / "quality.json")
@@ -238,7 +258,7 @@ def test_a_blocked_partition_reads_as_blocked_in_the_export_gate_partition_view(
     lines = detail.splitlines()
     label = lines[lines.index(BLOCKED_KEY, lines.index("Passed (1)") + 3) + 1]
     assert label == "Failed"  # the blocked partition's label in the check's partition view
-    assert "export blocked" in lines  # check metadata: label and value on one line
+    assert "gate blocked" in lines  # check metadata: label and value on one line
     description = _metadata_values(detail)["Description"]
     assert description.startswith("quality: fail — export: blocked (stream:")
     assert "backwards_timestamps = " in description
@@ -252,7 +272,7 @@ def test_the_timeline_is_shown_with_its_legend(served: Served, browser, tmp_path
     _wait_for_text(browser, "Latest materialization", "timeline")
     _dismiss_community_dialog(browser)
     show = browser.find_elements(By.XPATH, "//a[normalize-space()='[Show Markdown]']")
-    _click(browser, show[0])  # the timeline is the first metadata entry
+    _click(browser, show[0])  # the timeline is the first markdown entry
     from selenium.webdriver.support.ui import WebDriverWait
 
     image = WebDriverWait(browser, WAIT_S).until(
@@ -268,3 +288,59 @@ def test_the_timeline_is_shown_with_its_legend(served: Served, browser, tmp_path
     for text in ("tracked", "not tracked", "gap", "backwards timestamp", "duplicate timestamp"):
         assert text in legend
     assert decoded.text["Title"].startswith(f"{BLOCKED_KEY}  webxr")
+
+
+def _row_of(lines: list[str], partition: str) -> list[str]:
+    """The runs list's row of ``partition``'s run: from its partition tag to its View."""
+    start = lines.index(f"partition: {partition}")
+    return lines[start : lines.index("View", start)]
+
+
+def test_the_runs_list_shows_the_blocked_capture_s_run_by_its_tag(
+    served: Served, browser, tmp_path: Path
+) -> None:
+    browser.get(f"{served.url}/runs")
+    page = _wait_for_text(browser, "ego/gate: blocked", "ego/gate: allowed", BLOCKED_KEY)
+    _dismiss_community_dialog(browser)
+    browser.save_screenshot(str(tmp_path / "runs_list.png"))
+    lines = page.splitlines()
+    blocked, clean = _row_of(lines, BLOCKED_KEY), _row_of(lines, CAPTURE_KEY)
+    assert "ego/gate: blocked" in blocked and "Failure" in blocked
+    assert "ego/gate: allowed" in clean and "Success" in clean
+
+
+def test_every_export_partition_of_a_blocked_capture_reads_failed_with_the_reasons(
+    served: Served, browser, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    for export_format in registry.names():
+        url = f"{served.url}/assets/{export_format}?view=partitions&partition={BLOCKED_KEY}"
+        browser.get(url)
+        failed = "failed, and did not materialize this asset."
+        page = _wait_for_text(browser, export_format, "Failed (1)", "Materialized (1)", failed)
+        _dismiss_community_dialog(browser)
+        assert "Missing (0)" in page, export_format  # never plain Missing
+        assert "Latest materialization\nNone" in page, export_format  # nothing claimed
+        view_logs = "//button[normalize-space()='View logs']"
+        _click(browser, browser.find_elements(By.XPATH, view_logs)[0])
+        logs = _wait_for_text(browser, "STEP_FAILURE", "export blocked by export policy v1: ")
+        browser.save_screenshot(str(tmp_path / f"{export_format}_blocked_partition_logs.png"))
+        assert "gate\nblocked" in logs or "gate blocked" in logs.splitlines(), export_format
+        assert "hand:left/tracking_loss_ratio = 1 (fail > 0.5)" in logs, export_format
+        assert f"capture '{BLOCKED_KEY}': export blocked by export policy v1: " in logs
+
+
+def test_quality_report_s_partition_of_a_blocked_capture_opens_with_its_verdict(
+    served: Served, browser, tmp_path: Path
+) -> None:
+    browser.get(f"{served.url}/assets/quality_report?view=partitions&partition={BLOCKED_KEY}")
+    page = _wait_for_text(browser, "Latest materialization", "blocking_reasons", "Metadata")
+    _dismiss_community_dialog(browser)
+    browser.save_screenshot(str(tmp_path / "quality_report_blocked.png"))
+    lines = page.splitlines()
+    first = lines.index("Metadata") + 1
+    assert lines[first : first + 3] == ["gate", "blocked", "blocking_reasons"]
+    assert '  "hand:left/tracking_loss_ratio = 1 (fail > 0.5)"' in lines
+    values = _metadata_values(page)
+    assert values["quality"] == "fail" and values["policy_version"] == "1"

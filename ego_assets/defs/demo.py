@@ -47,6 +47,7 @@ from ego_assets.catalog.cli import run_catalog
 from ego_assets.catalog.warehouse import published_problem
 from ego_assets.dagster_compat import instance_at
 from ego_assets.definitions import build_defs
+from ego_assets.defs.episodes import is_blocked_failure, planned_per_partition
 from ego_assets.defs.partitions import (
     CAPTURE_JOB,
     PACKED_TAG,
@@ -239,13 +240,14 @@ def landing_tick(
     for request in bar:
         key = str(request.partition_key)
         job = defs.resolve_job_def(request.job_name or CAPTURE_JOB)  # the capture's set's
-        run = job.execute_in_process(
-            run_config=QUIET_RUN_CONFIG,
-            partition_key=key,
-            instance=instance,
-            tags=sensor_tags(request, landing_sensor.name),
-            raise_on_error=False,
-        )
+        with planned_per_partition():  # a blocked capture's export partitions read Failed
+            run = job.execute_in_process(
+                run_config=QUIET_RUN_CONFIG,
+                partition_key=key,
+                instance=instance,
+                tags=sensor_tags(request, landing_sensor.name),
+                raise_on_error=False,
+            )
         error = _run_error(run)
         if error:
             failures[key] = error
@@ -334,10 +336,12 @@ def refresh_aggregates(defs: dg.Definitions, instance: dg.DagsterInstance) -> st
 
 
 def _run_error(run: dg.ExecuteInProcessResult) -> str:
-    """First step failure of a run; "" when it succeeded (a blocked export is no failure)."""
+    """First step failure of a run; "" when it succeeded or only its exports of a blocked
+    capture failed (`is_blocked_failure`: the gate's verdict, shown as ``blocked``)."""
     for event in run.all_events:
-        if event.is_step_failure and event.step_failure_data is not None:
-            error = event.step_failure_data.error
+        data = event.step_failure_data if event.is_step_failure else None
+        if data is not None and not is_blocked_failure(data):
+            error = data.error
             if error is not None:
                 return error.message.strip()
     return ""

@@ -17,7 +17,15 @@ materialized), and the landing sensor requests the good ones again in a follow-u
 (`ego_assets.defs.sensors`), where the steps already done are reused.
 
 A capture that an exporter's gate blocks (`ExportBlockedError`, the export policy said
-no) is not a failure: it is logged, left unwritten and recorded as blocked, see below.
+no) is left unwritten and never materialized: Dagster 1.13 has no "blocked" partition
+status (materialized, failed, in progress or missing only), and "materialized" would
+claim an export that does not exist. Once every other capture of the run is recorded,
+the step fails with `blocked_failure`: a `dg.Failure` whose description is the gate's
+message (the reasons) and whose metadata says ``gate: blocked`` with
+``blocking_reasons``. The partition then reads *Failed* ("Run ... failed, and did not
+materialize this asset", its step log naming the reasons), the run reads *Failure*
+beside its ``ego/gate=blocked`` tag, and the run is tagged not to be retried for a step
+failure (`NO_RETRY_TAGS`): a retry would be blocked again. See docs/quality.md.
 
 `materialize_result` yields what Dagster records per partition:
 
@@ -33,14 +41,21 @@ no) is not a failure: it is logged, left unwritten and recorded as blocked, see 
   roughly tripled Dagster's per-capture cost in a backfill on Postgres (``python -m bench
   orchestration``). What is recomputed is decided by the pipeline's lineage files (content
   hashes), never by Dagster's tag, so a re-run over unchanged captures reuses every one.
-* blocked capture: in a single-capture run of an asset declared with
-  ``output_required=False`` (every exporter should be) nothing is yielded, so the
-  partition stays missing, the run succeeds and nothing downstream of it runs; otherwise,
-  and in ranged runs (Dagster records every partition of the range), the partition's
-  metadata says ``export: blocked`` with the reasons and no file was written.
+* a ranged run with a blocked capture (exporters): as with a failing capture above, the
+  others are recorded one `AssetMaterialization` each and the step fails, naming the
+  blocked ones (``blocking_reasons`` by capture key). Their partitions read *Failed*
+  where the run was created with one "planned" event per partition: the daemon and the
+  webserver, and the demo (`planned_per_partition`). Where
+  ``DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS`` is set (`RUN_WORKER_ENV`, in the
+  process creating the run) they read *Missing*; the run's failure and the quality
+  report's ``export_gate`` check still name them. A blocked failure names no
+  ``failed_captures``, so the landing sensor's follow-ups never request it again.
 """
 
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -84,11 +99,77 @@ def apply_run_worker_env(environ: MutableMapping[str, str]) -> None:
         environ.setdefault(name, value)
 
 
+PLANNED_SUBSET_ENV = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
+
+
+@contextmanager
+def planned_per_partition() -> Iterator[None]:
+    """Runs created in this process inside the block record one "planned" event per
+    partition (`PLANNED_SUBSET_ENV` off), so a failed run marks its partition *Failed*.
+
+    Dagster reads the switch where a run is created (the daemon, the webserver, or the
+    process calling ``execute_in_process``). For single-capture runs it saves nothing
+    (one partition, one event either way) and would leave a blocked or failed capture's
+    partition *Missing*: `ego_assets.defs.demo` creates its runs inside this block."""
+    before = os.environ.get(PLANNED_SUBSET_ENV)
+    os.environ[PLANNED_SUBSET_ENV] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PLANNED_SUBSET_ENV, None)
+        else:
+            os.environ[PLANNED_SUBSET_ENV] = before
+
+
 DATA_VERSION_TAG = "dagster/data_version"
 CODE_VERSION_TAG = "dagster/code_version"
 BLOCKED = "blocked"
+# Metadata keys, one per fact, shared by quality_report, its export_gate check and the
+# exporters' blocked failures: the verdict ("allowed" / "blocked") and its reasons.
+GATE_KEY = "gate"
+REASONS_KEY = "blocking_reasons"
+# A run with a blocked capture is not retried for a step failure (a retry is blocked
+# again); crashes are still retried. Dagster's own run tag, read by the retry daemon.
+NO_RETRY_TAGS = {"dagster/retry_on_asset_or_op_failure": "false"}
 
 AssetEvent = dg.MaterializeResult | dg.AssetMaterialization
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedResult(StepResult):
+    """A capture the export policy blocked: nothing written (`run_each`).
+
+    Attributes:
+        message: the gate's message (names the capture, policy version and reasons).
+        reasons: one text per blocking finding.
+    """
+
+    message: str = ""
+    reasons: tuple[str, ...] = ()
+
+
+def blocked_failure(blocked: Mapping[str, BlockedResult], by_capture: bool) -> dg.Failure:
+    """The step failure of a run whose ``blocked`` captures were not exported: the gate's
+    messages as its description, ``gate: blocked`` and the reasons as its metadata (a
+    list; ``by_capture``, for a ranged run: a list per capture key)."""
+    reasons: Any = (
+        {key: r.reasons for key, r in blocked.items()}
+        if by_capture
+        else next(iter(blocked.values())).reasons
+    )
+    return dg.Failure(
+        description="\n".join(r.message for r in blocked.values()),
+        metadata={GATE_KEY: BLOCKED, REASONS_KEY: dg.MetadataValue.json(reasons)},
+        allow_retries=False,
+    )
+
+
+def is_blocked_failure(failure: Any) -> bool:
+    """Whether a step failure's data (`dg.Failure` metadata) is `blocked_failure`'s."""
+    user = getattr(failure, "user_failure_data", None)
+    value = (getattr(user, "metadata", None) or {}).get(GATE_KEY)
+    return getattr(value, "value", None) == BLOCKED
 
 
 def step_metadata(result: StepResult) -> dict[str, Any]:
@@ -112,12 +193,21 @@ class StepResults(dict[str, StepResult]):
         self.failures = failures
 
 
-def _failure(failures: dict[str, str], total: int) -> dg.Failure:
+def _failure(
+    failures: dict[str, str], total: int, blocked: Mapping[str, "BlockedResult"] | None = None
+) -> dg.Failure:
+    """The step failure naming the bad captures (``failed_captures``: key -> error) and
+    the blocked ones (`blocked_failure`'s description and metadata)."""
+    if not failures:
+        return blocked_failure(blocked or {}, by_capture=total > 1)
     listed = "; ".join(f"{k}: {v}" for k, v in failures.items())
-    return dg.Failure(
-        description=f"{len(failures)} of {total} captures failed: {listed}",
-        metadata={FAILED_CAPTURES: dg.MetadataValue.json(failures)},
-    )
+    description = f"{len(failures)} of {total} captures failed: {listed}"
+    metadata: dict[str, Any] = {FAILED_CAPTURES: dg.MetadataValue.json(failures)}
+    if blocked:
+        extra = blocked_failure(blocked, by_capture=True)
+        description += "\n" + (extra.description or "")
+        metadata[REASONS_KEY] = extra.metadata[REASONS_KEY]
+    return dg.Failure(description=description, metadata=metadata)
 
 
 def run_each(context: dg.AssetExecutionContext, step: Callable[[str], StepResult]) -> StepResults:
@@ -133,8 +223,10 @@ def run_each(context: dg.AssetExecutionContext, step: Callable[[str], StepResult
         try:
             results[key] = step(key)
         except ExportBlockedError as exc:
-            context.log.info(f"capture {key}: not exported: {exc}")
-            results[key] = StepResult(key, BLOCKED, False, {"export": BLOCKED, "reasons": str(exc)})
+            context.log.info(f"capture {key}: not exported (blocked by its gate)")
+            results[key] = BlockedResult(
+                key, BLOCKED, False, {GATE_KEY: BLOCKED}, str(exc), exc.reasons
+            )
         except Exception as exc:
             context.log.error(f"capture {key}: {exc}")
             failures[key] = f"{type(exc).__name__}: {exc}"
@@ -153,19 +245,23 @@ def materialize_result(
     check_results: Sequence[dg.AssetCheckResult] = (),
 ) -> Iterator[AssetEvent]:
     """Per-partition metadata (``extra(key)`` first, then the step's figures), data versions
-    and check results."""
+    and check results; a blocked capture fails the step once the others are recorded."""
+    blocked = {k: r for k, r in results.items() if isinstance(r, BlockedResult)}
     metadata = {
-        key: {**(extra(key) if extra and r.data_version != BLOCKED else {}), **step_metadata(r)}
+        key: {**(extra(key) if extra else {}), **step_metadata(r)}
         for key, r in results.items()
+        if key not in blocked
     }
-    failures = getattr(results, "failures", None)
-    if failures:
-        yield from _record_good_captures(context, results, metadata)
-        raise _failure(failures, len(results) + len(failures))
+    failures = getattr(results, "failures", None) or {}
+    if failures or blocked:
+        good = {k: r for k, r in results.items() if k not in blocked}
+        assert not check_results, "a step that blocks or fails captures has no check results"
+        yield from _record_good_captures(context, good, metadata)
+        if blocked:
+            _tag_no_retry(context)
+        raise _failure(failures, len(results) + len(failures), blocked)
     if len(results) == 1 and not context.has_partition_key_range:
         ((key, result),) = results.items()
-        if result.data_version == BLOCKED and _output_optional(context):
-            return
         yield dg.MaterializeResult(
             metadata=metadata[key],
             data_version=dg.DataVersion(result.data_version),
@@ -194,10 +290,11 @@ def _record_good_captures(
         )
 
 
-def _output_optional(context: dg.AssetExecutionContext) -> bool:
-    """Whether the asset was declared with ``output_required=False``."""
-    name = context.assets_def.get_output_name_for_asset_key(context.asset_key)
-    return not context.op_def.output_def_named(name).is_required
+def _tag_no_retry(context: dg.AssetExecutionContext) -> None:
+    try:
+        context.instance.add_run_tags(context.run_id, NO_RETRY_TAGS)
+    except Exception as exc:  # advisory: the failure itself must still be raised
+        context.log.warning(f"run tags {NO_RETRY_TAGS} not recorded: {exc}")
 
 
 def materialize_each(

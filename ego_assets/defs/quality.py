@@ -24,7 +24,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ego_assets import pipeline
-from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_result, run_each
+from ego_assets.defs.episodes import (
+    GATE_KEY,
+    REASONS_KEY,
+    AssetEvent,
+    backfill_policy,
+    materialize_result,
+    run_each,
+)
 from ego_assets.defs.k8s import QUALITY_TAGS
 from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.resources import StorageResource
@@ -72,16 +79,17 @@ def _report_row(storage: Storage, key: str) -> dict[str, Any]:
 
 
 def _quality_metadata(storage: Storage, key: str, gate: Gate | None) -> dict[str, Any]:
-    """The timeline first, the gate's verdict, then rounded, unit-labelled figures."""
+    """The gate's verdict and reasons first, the timeline, then rounded, unit-labelled
+    figures."""
     folder = storage.stage_path("quality", key)
     png = (folder / pipeline.TIMELINE_FILE).read_bytes()
     image = base64.b64encode(png).decode("ascii")
-    md: dict[str, Any] = {
-        "timeline": dg.MetadataValue.md(f"![timeline of {key}](data:image/png;base64,{image})")
-    }
+    md: dict[str, Any] = {}
+    if gate is not None:  # the verdict and its reasons first: they mark a blocked capture
+        md[GATE_KEY] = gate.verdict
+        md[REASONS_KEY] = dg.MetadataValue.json(list(gate.reasons))
+    md["timeline"] = dg.MetadataValue.md(f"![timeline of {key}](data:image/png;base64,{image})")
     if gate is not None:
-        md["gate"] = gate.summary()
-        md["blocking reasons"] = dg.MetadataValue.json(list(gate.reasons))
         md["waivers"] = dg.MetadataValue.json([describe(w) for w in gate.waivers])
     row = _report_row(storage, key)
     for column, label in _SHOWN:
@@ -117,15 +125,16 @@ def gate_check_result(key: str, gate: Gate | None) -> dg.AssetCheckResult:
         passed=gate.passed,
         severity=dg.AssetCheckSeverity.WARN if gate.passed else dg.AssetCheckSeverity.ERROR,
         description=gate.summary(),
-        metadata={
-            "export": gate.verdict,
+        metadata={  # the same keys as quality_report's materialization for the same facts
+            GATE_KEY: gate.verdict,
             "quality": gate.status,
+            REASONS_KEY: dg.MetadataValue.json(list(gate.reasons)),
             # numbers are what Dagster plots across partitions: the metrics at fail and
             # at warn; the policy version is a label (text), not a series
             "metrics at fail": len(fails),
             "metrics at warn": len(warns),
-            "policy version": dg.MetadataValue.text(str(gate.policy_version)),
-            "blocked exports": dg.MetadataValue.json(list(gate.blocked_exports)),
+            "policy_version": dg.MetadataValue.text(str(gate.policy_version)),
+            "blocked_exports": dg.MetadataValue.json(list(gate.blocked_exports)),
             "fail (blocking unless waived)": dg.MetadataValue.json(fails),
             "warn (never blocks)": dg.MetadataValue.json(warns),
             "waivers": dg.MetadataValue.json([describe(w) for w in gate.waivers]),

@@ -27,7 +27,18 @@ SUMMARY_REASONS = 2
 
 
 class ExportBlockedError(RuntimeError):
-    """An export was asked for an episode that the export policy blocks."""
+    """An export was asked for an episode that the export policy blocks (or that has no
+    gate yet): the gate's decision, with the message naming the reasons.
+
+    Attributes:
+        capture_id: the episode.
+        reasons: one text per blocking finding (empty when there is no gate yet).
+    """
+
+    def __init__(self, message: str, capture_id: str = "", reasons: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.capture_id = capture_id
+        self.reasons = reasons
 
 
 def format_value(value: float, unit: str) -> str:
@@ -219,10 +230,14 @@ def require_gate(gate: Gate | None, capture_id: str, export: str | None = None) 
     """``gate`` if it allows ``export`` (None: every export); raises `ExportBlockedError`
     naming the reasons if the policy blocks it, or if there is no gate yet."""
     if gate is None:
-        raise ExportBlockedError(f"capture {capture_id!r}: no quality gate yet; run quality_report")
+        raise ExportBlockedError(
+            f"capture {capture_id!r}: no quality gate yet; run quality_report", capture_id
+        )
     if not gate.allows(export):
         raise ExportBlockedError(
             f"capture {capture_id!r}: export blocked by export policy "
-            f"v{gate.policy_version}: {'; '.join(gate.reasons)}"
+            f"v{gate.policy_version}: {'; '.join(gate.reasons)}",
+            capture_id,
+            gate.reasons,
         )
     return gate
