@@ -155,6 +155,27 @@ def test_the_demo_speaks_plainly(demo: Demo) -> None:
     assert "serve --config api.toml" in closing and "dagster dev -w " in closing
 
 
+def test_the_demo_s_blocked_capture_reads_blocked_in_its_dagster_instance(demo: Demo) -> None:
+    import dagster as dg
+
+    from ego_assets.dagster_compat import instance_at
+    from ego_assets.defs.partitions import captures_partitions
+    from ego_assets.defs.quality import GATE_TAG
+
+    assert demo.returncode == 0, demo.stderr  # a blocked capture is no failed demo
+    with instance_at(str(demo.data / ".dagster_home")) as instance:
+        for fmt in registry.names():
+            statuses = instance.get_status_by_partition(
+                dg.AssetKey(fmt), ["demo-webxr-faulty", "demo-webxr"], captures_partitions
+            )
+            assert statuses is not None
+            # what `make dev` shows: the blocked capture's export partition Failed
+            assert statuses["demo-webxr-faulty"].value == "FAILED", fmt
+            assert statuses["demo-webxr"].value == "MATERIALIZED", fmt
+        (run,) = instance.get_runs(dg.RunsFilter(tags={"dagster/partition": "demo-webxr-faulty"}))
+        assert run.status == dg.DagsterRunStatus.FAILURE and run.tags[GATE_TAG] == "blocked"
+
+
 def test_skipped_landing_entries_are_listed_with_why(demo: Demo) -> None:
     out = demo.stdout
     assert _row(out, f"landing/{ODD_NAME}")[-1] == "skipped"

@@ -28,6 +28,7 @@ from ego_assets.api.routes.exports import export_router
 from ego_assets.catalog.receipts import read_receipt
 from ego_assets.catalog.sources import SCHEMA, sources, stage_rows
 from ego_assets.definitions import build_defs
+from ego_assets.defs.episodes import is_blocked_failure
 from ego_assets.defs.exports import EXPORT_TAG, exporter_code_versions
 from ego_assets.defs.resources import StorageResource
 from ego_assets.exports import registry
@@ -243,7 +244,12 @@ def test_the_toy_format_reaches_the_dagster_definitions(with_toy: None, assessed
         assert metadata["file"] == dg.MetadataValue.path(str(csv))
         assert metadata["reused"].value is False
 
-        blocked = job.execute_in_process(partition_key="toy-bad", instance=instance)
-        assert blocked.success
+        blocked = job.execute_in_process(
+            partition_key="toy-bad", instance=instance, raise_on_error=False
+        )
+        assert not blocked.success  # the export step says blocked, with the reasons
+        (failure,) = [e for e in blocked.all_events if e.is_step_failure]
+        assert failure.step_key == "toy_csv" and is_blocked_failure(failure.step_failure_data)
+        assert "toy-bad" in (failure.step_failure_data.user_failure_data.description or "")
         assert not blocked.asset_materializations_for_node("toy_csv")
         assert not Path(assessed.export_path("toy", "toy-bad").path).exists()
