@@ -1045,3 +1045,22 @@ def test_the_landing_scan_passes_over_a_quarantined_capture(tmp_path):
     assert (scan.keys, scan.quarantined, scan.rejected) == (("cap-a", "cap-c"), ("cap-b",), ())
     again = scan_landing(Storage(tmp_path), scan.cursor, limit=10)
     assert again.keys == () and again.quarantined == ()  # handed out once, like any other
+
+
+def test_quarantine_moves_each_folder_once_with_a_landing_zone_elsewhere(tmp_path):
+    from ego_assets.releases.consent import quarantine_capture
+
+    root, zone = tmp_path / "data", tmp_path / "zone"
+    for folder in (zone / "k1", root / "raw" / "k1", root / "quality" / "k1"):
+        folder.mkdir(parents=True)
+        (folder / "f.bin").write_bytes(folder.parent.name.encode())
+    storage = Storage(root, landing=zone)
+    moved = quarantine_capture(storage, "k1")
+    q = root.resolve() / "quarantine" / "k1"
+    assert [t for _, t in moved] == [q / "landing" / "k1", q / "raw" / "k1", q / "quality" / "k1"]
+    assert (q / "landing" / "k1" / "f.bin").read_bytes() == b"zone"
+    assert (q / "raw" / "k1" / "f.bin").read_bytes() == b"raw"
+    assert not (zone / "k1").exists() and not (root / "raw" / "k1").exists()
+    assert quarantine_capture(storage, "k1") == []  # nothing left to move
+    (root / "raw" / "k1").mkdir()  # made again (e.g. a run that was in flight)
+    assert [t for _, t in quarantine_capture(storage, "k1")] == [q / "raw" / "k1.1"]

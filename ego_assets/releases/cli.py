@@ -151,6 +151,11 @@ def add_withdraw_parser(sub: Any) -> None:
         "--data", default=os.environ.get("EGO_DATA_DIR", "data"), help="data root (a local folder)"
     )
     withdraw.add_argument(
+        "--landing",
+        default=os.environ.get("EGO_LANDING_DIR"),
+        help="landing zone (default: ROOT/landing; $EGO_LANDING_DIR)",
+    )
+    withdraw.add_argument(
         "--no-catalog",
         action="store_true",
         help="do not refresh the catalog afterwards (run `ego-assets catalog --build` later)",
@@ -174,7 +179,7 @@ def run_withdraw(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from ego_assets.storage import Storage
 
     out = out or sys.stdout
-    result = withdraw(args.data, args.demonstrator, args.reason, args.by)
+    result = withdraw(args.data, args.demonstrator, args.reason, args.by, landing=args.landing)
     w = result.withdrawal
     print(
         f"consent of {w.demonstrator} withdrawn at {w.withdrawn_at} (recorded by {w.by}): "

@@ -20,9 +20,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,7 +35,7 @@ import duckdb
 from ego_assets.catalog.receipts import RECEIPTS_DIR
 from ego_assets.exports import registry
 from ego_assets.releases.select import SelectionResult
-from ego_assets.storage import QUARANTINE_DIR, Storage
+from ego_assets.storage import QUARANTINE_DIR, Storage, is_local
 
 WITHDRAWALS_DIR = "consent/withdrawals"
 DEMONSTRATOR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
@@ -166,9 +168,10 @@ def quarantine_capture(storage: Storage, key: str) -> list[tuple[Path, Path]]:
     earlier quarantine gets a ``.<n>`` suffix."""
     root = Path(storage.root.path)
     sources: list[Path] = []
-    landing = Path(storage.landing_path(key).path)
-    if landing.exists() or landing.is_symlink():
-        sources.append(landing)
+    if is_local(storage.landing):
+        landing = Path(storage.landing_path(key).path)
+        if landing.exists() or landing.is_symlink():
+            sources.append(landing)
     sources += [root / stage / key for stage in STAGE_FOLDERS if (root / stage / key).exists()]
     sources += [root / p for p in _receipt_exports(root, key)]
     moved = []
@@ -186,7 +189,12 @@ def quarantine_capture(storage: Storage, key: str) -> list[tuple[Path, Path]]:
         with storage.writer_lock(source):
             if not (source.exists() or source.is_symlink()):
                 continue
-            os.replace(source, target)
+            try:
+                os.replace(source, target)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                shutil.move(source, target)  # a landing zone on another file system
         moved.append((source, target))
     return moved
 
@@ -237,9 +245,15 @@ class WithdrawResult:
 
 
 def withdraw(
-    data: str | Path, demonstrator: str, reason: str, by: str, now: dt.datetime | None = None
+    data: str | Path,
+    demonstrator: str,
+    reason: str,
+    by: str,
+    now: dt.datetime | None = None,
+    landing: str | Path | None = None,
 ) -> WithdrawResult:
-    """Record that ``demonstrator`` withdrew consent and quarantine their captures.
+    """Record that ``demonstrator`` withdrew consent and quarantine their captures
+    (``landing``: the landing zone when not ``<data>/landing``).
 
     Raises:
         ConsentError: a bad id or empty reason, an S3 root, no catalog, or a demonstrator
@@ -253,7 +267,7 @@ def withdraw(
         raise ConsentError("--reason: required, a non-empty sentence")
     if not by.strip():
         raise ConsentError("--by: required, who records the withdrawal")
-    storage = Storage(data)
+    storage = Storage(data, landing=landing)
     if not storage.is_local:
         raise ConsentError(f"{storage.root}: only local data roots are supported for now")
     root = Path(storage.root.path)
