@@ -1064,3 +1064,33 @@ def test_quarantine_moves_each_folder_once_with_a_landing_zone_elsewhere(tmp_pat
     assert quarantine_capture(storage, "k1") == []  # nothing left to move
     (root / "raw" / "k1").mkdir()  # made again (e.g. a run that was in flight)
     assert [t for _, t in quarantine_capture(storage, "k1")] == [q / "raw" / "k1.1"]
+
+
+def test_withdrawn_holdings_lists_releases_exports_and_trajectories_still_holding(root):
+    from ego_assets.releases.consent import record_withdrawal
+
+    _write_spec(root, "xr", WEBXR_ONLY)
+    v1 = build_release(root, "xr")
+    # recorded but not quarantined yet (say the move was interrupted): everything holds
+    record, _ = record_withdrawal(root, "demo-007", "asked by phone", "ops-ben", ["rel-xr-a"])
+    _build_catalog(Storage(root))
+    rows = _catalog_rows(
+        root,
+        "select capture_key, holder_kind, holder, path, withdrawal_id from withdrawn_holdings "
+        "order by capture_key, holder_kind, holder",
+    )
+    receipts = {
+        (e["capture_key"], fmt): export["path"]
+        for e in v1.manifest["episodes"]
+        for fmt, export in e["exports"].items()
+    }
+    want = []
+    for key in ("rel-bad", "rel-xr-a", "rel-xr-b"):  # demo-007's captures
+        if key != "rel-bad":  # the blocked one was never exported nor released
+            want += [
+                (key, "export", fmt, receipts[(key, fmt)], record.id)
+                for fmt in ("ceres_episode", "egosmith_shards", "holos_hdf5")
+            ]
+            want.append((key, "release", "xr@v1", "releases/xr/v1", record.id))
+        want.append((key, "trajectory", "trajectory", f"trajectory/{key}", record.id))
+    assert rows == want
