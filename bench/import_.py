@@ -8,10 +8,10 @@ camera, confidences, a 640x360 H.264 video at 30 fps; not timed) and links them 
 ``--episodes`` source episodes. Then, episode by episode and interleaved (so a change in
 the machine's load hits both alike), on one pinned core:
 
-* **floor**: read every dataset the importer reads (``transforms/*``, ``confidences/*``,
-  ``camera/intrinsic``, the root attributes) with the same low-level h5py read the
-  reader uses, as stored (float32, no checks), and copy the two files
-  (``shutil.copyfile``, in-kernel);
+* **floor**: read exactly the datasets the importer reads (``transforms/camera`` and the
+  68 joints, the 68 ``confidences/*``, by the reader's own name list; ``camera/intrinsic``,
+  the root attributes) with the same low-level h5py read the reader uses, as stored
+  (float32, no checks), and copy the two files (``shutil.copyfile``, in-kernel);
 * **import**: `ego_assets.importers.core.land_episode`: copy and hash the files, write the
   provenance and the marker, read the episode into the canonical trajectory (the EgoDex
   reader: checks, quaternions, streams, video probe), publish it in the landing zone.
