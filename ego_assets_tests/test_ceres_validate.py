@@ -106,7 +106,7 @@ CHILD = textwrap.dedent(
     import os, signal, sys
     from pathlib import Path
     from ego_assets.exports import ceres as ceres_export, run as export_run
-    from ego_assets.formats import ceres_lerobot, lerobot_video
+    from ego_assets.formats import ceres_lerobot
     from ego_assets.storage import Storage
 
     root, key, point = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -126,7 +126,9 @@ CHILD = textwrap.dedent(
     if point == "data":
         ceres_lerobot.write_data = killing(ceres_lerobot.write_data)
     elif point == "video":
-        lerobot_video.av.open = kill_before(lerobot_video.av.open)
+        import av  # lerobot_video imports PyAV where used: patch the module itself
+
+        av.open = kill_before(av.open)
     elif point == "receipt":
         ceres_lerobot.write_receipt = killing(ceres_lerobot.write_receipt)
     elif point == "rename":
