@@ -893,8 +893,13 @@ def test_withdraw_records_quarantines_and_later_versions_leave_the_episodes_out(
     # the refreshed catalog no longer lists them; the next build carries the note forward
     _build_catalog(Storage(root))
     assert _catalog_rows(root, "select capture_key from episodes order by 1") == [("rel-vp",)]
-    v3 = build_release(root, "all")
-    assert (v3.version, v3.written) == (2, False)
+    assert main(["release", "build", "all", "--data", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        f"  left out rel-xr-a: {reason}",
+        f"  left out rel-xr-b: {reason}",
+        f"  note: {note}",
+    ]
+    assert versions(root, "all") == [1, 2]  # unchanged: nothing new written
 
     # the catalog: which versions hold which episode, and what still holds demo-007's
     assert _catalog_rows(

@@ -84,6 +84,8 @@ def run_build(args: argparse.Namespace, out: TextIO | None = None) -> int:
         )
     for item in result.manifest["left_out"]:
         print(f"  left out {item['capture_key']}: {item['reason']}", file=out)
+    for note in result.manifest.get("notes", []):
+        print(f"  note: {note}", file=out)
     return 0
 
 
