@@ -225,7 +225,8 @@ def _read_stack(
     files: CaptureFiles, group: h5py.Group, *names: str, n: int | None = None
 ) -> np.ndarray:
     """(len(names), N, ...) float32: one float dataset per name of ``group``, each checked
-    for its shape ((N, 4, 4) poses, (N,) confidences) before it is read into the stack.
+    for its type and shape ((N, 4, 4) poses, (N,) confidences) before it is read into the
+    stack (the bounds of a shape are checked once, for the first dataset that has it).
 
     Uses HDF5's low-level open and read: a high-level ``Dataset`` costs more than reading
     a 300-frame pose. Returned as float32, EgoDex's type (HDF5 converts any other float
@@ -234,7 +235,7 @@ def _read_stack(
     """
     where = group.name.strip("/")
     per_frame: tuple[int, ...] = (4, 4) if where == "transforms" else ()
-    gid, full, read, float_class = group.id, h5py.h5s.ALL, h5py.h5d.DatasetID.read, h5py.h5t.FLOAT
+    gid, full = group.id, h5py.h5s.ALL
     out = np.empty(0, np.float32)
     checked: tuple[int, ...] | None = None  # the shape every dataset has, once one passed
     for i, name in enumerate(names):
@@ -243,7 +244,7 @@ def _read_stack(
         except KeyError:
             reason = "is not a dataset" if name in group else "dataset is missing"
             raise files.error(HDF5_FILE, reason, field=f"{where}/{name}") from None
-        if dsid.get_type().get_class() != float_class:  # cheaper than building a dtype
+        if dsid.get_type().get_class() != h5py.h5t.FLOAT:  # cheaper than building a dtype
             raise files.error(
                 HDF5_FILE, f"dtype {dsid.dtype} is not floating-point", field=f"{where}/{name}"
             )
@@ -253,7 +254,7 @@ def _read_stack(
             checked = (n, *per_frame)
             if i == 0:
                 out = np.empty((len(names), n, *per_frame), np.float32)
-        read(dsid, full, full, out[i], _FLOAT32)
+        dsid.read(full, full, out[i], _FLOAT32)
     return out
 
 
