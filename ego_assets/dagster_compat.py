@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
-import sqlalchemy
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 from dagster._core.definitions.events import AssetKeyPartitionKey
 from dagster._core.instance.ref import InstanceRef
@@ -220,6 +219,7 @@ def dynamic_partitions_mark(instance: dg.DagsterInstance) -> int | None:
     """The newest dynamic partition's row id over every definition (0: none yet); None when
     the event log is not SQL storage (the caller then treats every key as registered
     before). Keys registered after it are `dynamic_partitions_after` this mark."""
+    import sqlalchemy  # ~1 s to import: only when partitions are read
     from dagster._core.storage.event_log.schema import DynamicPartitionsTable
     from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 
@@ -238,6 +238,7 @@ def dynamic_partitions_after(
     """(definition name, key) of every partition of the definitions ``names`` registered
     after ``mark`` (`dynamic_partitions_mark`), in registration order: one indexed query
     (row id > mark), whatever the number registered before."""
+    import sqlalchemy  # ~1 s to import: only when partitions are read
     from dagster._core.storage.event_log.schema import DynamicPartitionsTable
     from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 

@@ -20,8 +20,8 @@ from ego_assets.defs.resources import StorageResource
 ROOT = Path(__file__).resolve().parents[1]
 # What a capture run's load must not import (seconds each; a step imports what it uses):
 # the catalog's dbt and DuckDB, GX and pandas (expectations, LeRobot tables), Rerun (the
-# recording), SciPy (rotations), h5py (HDF5), PyAV (video), simplejpeg, webdataset, PIL, and
-# Dagster's backfill machinery (launching a backfill).
+# recording), SciPy (rotations), h5py (HDF5), PyAV (video), simplejpeg, webdataset, PIL,
+# SQLAlchemy (reading partitions) and Dagster's backfill machinery (launching a backfill).
 HEAVY = (
     "dbt",
     "dagster_dbt",
@@ -35,6 +35,7 @@ HEAVY = (
     "simplejpeg",
     "webdataset",
     "PIL",
+    "sqlalchemy",
     "dagster._core.execution.backfill",
 )
 

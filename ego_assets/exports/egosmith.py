@@ -26,7 +26,6 @@ from ego_assets.exports.registry import EGOSMITH, ExportFormat, ExportOption
 from ego_assets.exports.run import WHOLE_FOLDER, Written
 from ego_assets.formats import egosmith_constants
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
-from ego_assets.formats.egosmith_reader import Report, raw_samples
 from ego_assets.formats.egosmith_webdataset import (
     EPISODE_FILE,
     FORMAT,
@@ -245,6 +244,8 @@ def assign_splits(episodes: list[EpisodeSummary], val_fraction: float) -> dict[s
 
 def _episode_samples(folder: Path, summary: EpisodeSummary) -> Iterator[tuple[str, dict]]:
     """(key, {extension: bytes}) of every sample of an episode folder, in order."""
+    from ego_assets.formats.egosmith_reader import Report, raw_samples  # packing only
+
     for shard in summary.shards:
         report = Report(str(folder / shard["name"]))
         yield from raw_samples(folder / shard["name"], report)

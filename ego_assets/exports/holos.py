@@ -27,7 +27,6 @@ from upath import UPath
 
 from ego_assets.exports.registry import HOLOS, ExportFormat, ExportOption
 from ego_assets.exports.run import Written
-from ego_assets.formats.holos_hdf5 import write_file
 from ego_assets.formats.holos_writer import EXPORTER_VERSION
 from ego_assets.progress import READ_TASK, report
 from ego_assets.storage import Storage, raw_capture_dir
@@ -103,6 +102,8 @@ class HolosExporter:
     def write(
         self, storage: Storage, key: str, stage: Path, version: str, episode_index: int
     ) -> Written:
+        from ego_assets.formats.holos_hdf5 import write_file  # the writer: only when writing
+
         report(READ_TASK, 0, 2)
         with storage.read_dir(storage.stage_path("trajectory", key)) as folder:
             trajectory = read_trajectory(folder)
