@@ -89,7 +89,7 @@ def build_egosmith_dataset(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsD
         storage: StorageResource,
         config: EgoSmithConfig,  # type: ignore[valid-type]
     ) -> dg.MaterializeResult:
-        exporter = exporter_for(EGOSMITH, config)
+        exporter = exporter_for(EGOSMITH, dg.Config.model_dump(config))
         assert isinstance(exporter, EgoSmithExporter)
         result = pack_dataset(storage.get_storage(), exporter.options)
         manifest = result.manifest

@@ -58,9 +58,9 @@ def export_config(fmt: ExportFormat) -> type[dg.Config]:
     return config
 
 
-def exporter_for(fmt: ExportFormat, config: dg.Config) -> Exporter:
-    """``fmt``'s exporter with the option values of a run's ``config``."""
-    exporter: Exporter = fmt.exporter_class().from_options(config.model_dump())
+def exporter_for(fmt: ExportFormat, options: dict[str, Any]) -> Exporter:
+    """``fmt``'s exporter with the option values of a run's config (``force`` included)."""
+    exporter: Exporter = fmt.exporter_class().from_options(options)
     return exporter
 
 
@@ -88,8 +88,9 @@ def build_export_asset(cs: CaptureSet, fmt: ExportFormat) -> dg.AssetsDefinition
         storage: StorageResource,
     ) -> Iterator[AssetEvent]:
         store = storage.get_storage()
-        exporter = exporter_for(fmt, config)
-        force = bool(config.force)
+        options = dg.Config.model_dump(config)  # the run's option values and ``force``
+        exporter = exporter_for(fmt, options)
+        force = bool(options["force"])
         with run_progress(context):
             results = run_each(context, lambda key: run_export(store, key, exporter, force=force))
         yield from materialize_result(
