@@ -26,7 +26,7 @@ from ego_assets.formats.egosmith_webdataset import DEFAULT_SHARD_BYTES
 from ego_assets.releases.card import CARD_FILE, dataset_card
 from ego_assets.releases.consent import apply_withdrawals, load_withdrawals
 from ego_assets.releases.layout import PartPlan, plan_parts
-from ego_assets.releases.lerobot import pack_lerobot
+from ego_assets.releases.lerobot import pack_lerobot, receipt_digests
 from ego_assets.releases.manifest import (
     MANIFEST_FILE,
     MANIFEST_FORMAT,
@@ -37,6 +37,7 @@ from ego_assets.releases.manifest import (
 from ego_assets.releases.robomimic import pack_robomimic
 from ego_assets.releases.select import ReleaseEpisode, SelectionResult, select_episodes
 from ego_assets.releases.spec import RELEASES_DIR, ReleaseSpec, load_spec, spec_path
+from ego_assets.releases.webdataset import FOLDER as WEBDATASET_FOLDER
 from ego_assets.releases.webdataset import pack_webdataset
 from ego_assets.storage import Storage
 from ego_assets.trajectory.store import atomic_directory, remove_leftovers
@@ -103,20 +104,24 @@ def _pack_version(
     spec = head["spec"]
     splits = list(spec["split"]["fractions"])
     formats: dict[str, Any] = {}
+    hashed: dict[str, tuple[int, str]] = {}  # files hashed while packed: not read again
     if "webdataset" in spec["release"]["formats"]:
         shard_bytes = head["packing"]["webdataset_shard_bytes"]
         index = pack_webdataset(root, episodes, splits, tmp, shard_bytes, plan)
         formats["webdataset"] = {"index": "webdataset/index.json", **index["splits"]}
+        for shard in index["shards"]:
+            hashed[f"{WEBDATASET_FOLDER}/{shard['path']}"] = (shard["bytes"], shard["sha256"])
     if "robomimic" in spec["release"]["formats"]:
         formats["robomimic"] = pack_robomimic(root, episodes, splits, tmp, plan)
     if "lerobot" in spec["release"]["formats"]:
         formats["lerobot"] = pack_lerobot(root, episodes, splits, tmp, head["inputs_sha256"], plan)
+        hashed.update(receipt_digests(tmp, formats["lerobot"]))
     manifest = {**head, "formats": formats}
     (tmp / CARD_FILE).write_text(dataset_card(manifest), encoding="utf-8")
     known = None
     if plan.previous is not None and previous_files is not None:
         known = (plan.previous, previous_files)
-    manifest["files"] = file_records(tmp, known)
+    manifest["files"] = file_records(tmp, known, hashed)
     (tmp / MANIFEST_FILE).write_bytes(manifest_bytes(manifest))
     return manifest
 

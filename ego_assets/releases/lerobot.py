@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ego_assets.formats.ceres_lerobot import RECEIPT_FILE
 from ego_assets.formats.ceres_merge import MERGE_FILE, Reuse, merge_shards
 from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
@@ -71,3 +72,15 @@ def pack_lerobot(
         excluded += [e.capture_key for e in ordered if e.capture_key not in got]
         datasets[split] = {"root": f"{FOLDER}/{split}", "episodes": len(got)}
     return {"root": FOLDER, "datasets": datasets, "episodes": index, "excluded": excluded}
+
+
+def receipt_digests(out: Path, packed: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    """Path below ``out`` -> (bytes, SHA-256) of every file the split datasets' receipts
+    list (``packed``: what `pack_lerobot` returned): hashed once, for the receipt."""
+    digests: dict[str, tuple[int, str]] = {}
+    for dataset in packed["datasets"].values():
+        receipt = json.loads((Path(out) / dataset["root"] / RECEIPT_FILE).read_text())
+        for artefact in receipt["artefacts"]:
+            path = f"{dataset['root']}/{artefact['path']}"
+            digests[path] = (int(artefact["bytes"]), artefact["sha256"])
+    return digests

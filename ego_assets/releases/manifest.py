@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +32,21 @@ def inputs_sha256(inputs: dict[str, Any]) -> str:
 
 
 def file_records(
-    folder: Path, known: tuple[Path, list[dict[str, Any]]] | None = None
+    folder: Path,
+    known: tuple[Path, list[dict[str, Any]]] | None = None,
+    hashed: Mapping[str, tuple[int, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Every file below ``folder`` except the manifest: ``{path, bytes, sha256}``, path
     relative (POSIX), in path order. ``known``: (an earlier version's folder, its
     manifest ``files``): a file that is a hard link to that folder's file at the same
-    path takes its recorded digest instead of being read."""
+    path takes its recorded digest instead of being read. ``hashed``: path -> (bytes,
+    SHA-256) of files the packers hashed as they wrote them (WebDataset shards, the
+    LeRobot receipts' files): taken as is when the size agrees, not read again."""
     folder = Path(folder)
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
     earlier, records = known if known is not None else (None, [])
     recorded = {r["path"]: r for r in records}
+    hashed = hashed or {}
     out = []
     for p in files:
         path = p.relative_to(folder).as_posix()
@@ -51,7 +57,10 @@ def file_records(
             if old is not None and (old.st_ino, old.st_dev) == (stat.st_ino, stat.st_dev):
                 out.append(dict(record))
                 continue
-        out.append({"path": path, "bytes": stat.st_size, "sha256": file_sha256(p)})
+        size, digest = hashed.get(path, (-1, ""))
+        if size != stat.st_size:
+            digest = file_sha256(p)
+        out.append({"path": path, "bytes": stat.st_size, "sha256": digest})
     return out
 
 
