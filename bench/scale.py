@@ -242,6 +242,8 @@ def sensor_ticks(
     from dagster._core.storage.dagster_run import RunsFilter
     from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
+    from ego_assets.defs.partitions import run_captures
+
     sensor = defs.get_sensor_def("landing_sensor")
     ticks: list[dict[str, float]] = []
     registered = 0
@@ -268,9 +270,9 @@ def sensor_ticks(
             )
         t2 = time.perf_counter()
         cursor = data.cursor
-        # captures handled this tick: one run request each (the sensor may register them
-        # itself instead of returning partition requests)
-        added = len(data.run_requests or [])
+        # captures handled this tick: those its run requests cover (a packed run covers
+        # several; the sensor may register them itself instead of returning partition requests)
+        added = sum(len(run_captures(r.tags or {})) for r in data.run_requests or [])
         if not added:
             raise RuntimeError("landing sensor registered nothing; landing folder empty?")
         registered += added

@@ -126,6 +126,7 @@ def test_one_set_is_the_layout_from_before_sets():
         "holos_hdf5": ("captures", "exports"),
         "egosmith_shards": ("captures", "exports"),
         "ceres_episode": ("captures", "exports"),
+        "release": ("releases", "releases"),  # partitioned by release name, not by capture
     }
     assert [j for j in layout["jobs"] if not j.startswith("__")] == [
         "aggregates_job",
@@ -143,6 +144,7 @@ def test_three_sets_each_with_its_assets_checks_group_and_jobs():
     for i in (1, 2):
         for name in PER_CAPTURE_ASSETS:
             expected[f"s{i:03d}/{name}"] = (f"captures_s{i:03d}", f"captures_s{i:03d}")
+    expected["release"] = ("releases", "releases")  # one asset over every set
     got = layout["partitioned"]
     assert {k: v[0] for k, v in got.items()} == {k: v[0] for k, v in expected.items()}
     assert {v[1] for k, v in got.items() if k.startswith("s002/")} == {"captures_s002"}

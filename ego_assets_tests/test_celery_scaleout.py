@@ -108,7 +108,7 @@ def test_backfill_chunks_run_on_two_celery_workers_with_outputs_in_s3(
     bucket = s3_server.make_bucket()
     root = f"{bucket}/data"
     for seed, key in enumerate(KEYS):
-        local = synthesize("holos-iphone", tmp_path / "captures" / key, seconds=1.0, seed=seed)
+        local = synthesize("holos-iphone", tmp_path / "captures" / key, seconds=1.5, seed=seed)
         for path in sorted(p for p in local.rglob("*") if p.is_file()):
             rel = path.relative_to(local).as_posix()
             s3_server.client().upload_file(
