@@ -62,4 +62,7 @@ def headless_chromium(
         options.set_capability(name, value)
     driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
     driver.set_page_load_timeout(page_load_timeout_s)
+    # every WebDriver command waits up to the ceiling, not selenium's fixed 120 s: on a
+    # loaded laptop a busy renderer answers late, it is not stuck
+    driver.command_executor.client_config.timeout = max(page_load_timeout_s, CEILING_S)
     return driver
