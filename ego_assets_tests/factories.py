@@ -7,6 +7,7 @@ from pathlib import Path
 import av
 import numpy as np
 
+from ego_assets.capture.manifest import write_marker
 from ego_assets.trajectory.model import (
     Annotations,
     CameraCalibration,
@@ -171,3 +172,13 @@ def write_h264(path: Path, frames: int, rate_hz: int = 30) -> None:
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+
+
+def garble_holos_pose_row(capture: Path) -> None:
+    """Make row 4 of a Holos capture's ``device_pose.csv`` unparseable (a text cell) and
+    write its marker again, so the capture lands complete but fails at its trajectory."""
+    csv = capture / "device_pose.csv"
+    lines = csv.read_text().splitlines()
+    lines[4] = lines[4].replace(",", ",not-a-number,", 1)
+    csv.write_text("\n".join(lines) + "\n")
+    write_marker(capture, "holos")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import dagster as dg
 import pytest
 
-from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest, write_marker
+from ego_assets.capture.manifest import MANIFEST_FILE, RawManifest
 from ego_assets.dagster_compat import add_partition_metadata
 from ego_assets.defs.episodes import BACKFILL_CHUNK, DATA_VERSION_TAG
 from ego_assets.defs.ingest import raw_capture, trajectory
@@ -16,6 +16,7 @@ from ego_assets.defs.quality import quality_report
 from ego_assets.defs.resources import StorageResource
 from ego_assets.pipeline import LINEAGE_FILE, NORMALIZER_VERSION
 from ego_assets.synth import synthesize
+from ego_assets_tests.factories import garble_holos_pose_row
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
@@ -33,11 +34,7 @@ def captures(tmp_path_factory) -> Path:
     for seed, key in enumerate(KEYS):
         synthesize("holos-iphone", root / key, seconds=1.0, seed=seed, capture_id=key)
     shutil.copytree(root / BAD, root / "fixed")
-    csv = root / BAD / "device_pose.csv"
-    lines = csv.read_text().splitlines()
-    lines[4] = lines[4].replace(",", ",not-a-number,", 1)
-    csv.write_text("\n".join(lines) + "\n")
-    write_marker(root / BAD, "holos")
+    garble_holos_pose_row(root / BAD)
     return root
 
 

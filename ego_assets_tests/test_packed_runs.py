@@ -11,7 +11,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from ego_assets.capture.manifest import write_marker
 from ego_assets.catalog.receipts import read_receipt
 from ego_assets.definitions import build_defs
 from ego_assets.defs.demo import sensor_tags, unpacked
@@ -31,6 +30,7 @@ from ego_assets.exports.registry import names as export_names
 from ego_assets.fileio import file_sha256
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+from ego_assets_tests.factories import garble_holos_pose_row
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
@@ -45,11 +45,7 @@ def staged(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("packed")
     for seed, key in enumerate(KEYS):
         synthesize("holos-iphone", root / key, seconds=2.0, seed=seed, capture_id=key)
-    csv = root / BAD / "device_pose.csv"
-    lines = csv.read_text().splitlines()
-    lines[4] = lines[4].replace(",", ",not-a-number,", 1)
-    csv.write_text("\n".join(lines) + "\n")
-    write_marker(root / BAD, "holos")
+    garble_holos_pose_row(root / BAD)
     return root
 
 
