@@ -35,14 +35,34 @@ EXPORT_FORMATS = registry.names()
 # Generous: a capture's run imports and starts in a child process on a busy 2-core laptop.
 WAIT_S = 900.0
 
+# The demo's tick in a child process. Once the step named in argv[2] has started (its
+# STEP_START event is stored), the child holds still inside that step until it is killed,
+# so the kill lands in the step whatever the load, never after the step has finished.
 TICK = """
 import sys
+import time
 from pathlib import Path
+import dagster as dg
 from ego_assets.definitions import build_defs
 from ego_assets.defs.demo import landing_tick, open_instance
 from ego_assets.defs.resources import StorageResource
 
-data = Path(sys.argv[1])
+data, hold_in = Path(sys.argv[1]), sys.argv[2]
+store_event = dg.DagsterInstance.handle_new_event
+
+
+def store_then_hold(self, event, *args, **kwargs):
+    store_event(self, event, *args, **kwargs)
+    dagster_event = event.dagster_event
+    if (
+        dagster_event is not None
+        and dagster_event.event_type == dg.DagsterEventType.STEP_START
+        and event.step_key == hold_in
+    ):
+        time.sleep(3600)
+
+
+dg.DagsterInstance.handle_new_event = store_then_hold
 storage = StorageResource(root=str(data))
 with open_instance(data) as instance:
     landing_tick(build_defs(storage), instance, storage)
@@ -109,7 +129,7 @@ def test_a_run_killed_at_a_step_is_failed_and_run_again_by_the_next_tick(
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     env.pop("DAGSTER_HOME", None)
     child = subprocess.Popen(
-        [sys.executable, "-c", TICK, str(data)], env=env, stdout=subprocess.DEVNULL
+        [sys.executable, "-c", TICK, str(data), step], env=env, stdout=subprocess.DEVNULL
     )
     try:
         run_id = _wait_for_step(home, step, child)
