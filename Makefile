@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # The local instance that `make demo` writes and `make dev` shows (tests use their own).
 LOCAL_DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install preflight system-deps lerobot-env robomimic-venv test lint demo dev bench clean
+.PHONY: install preflight system-deps lerobot-env robomimic-venv test test-under-load lint demo dev bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,15 @@ preflight:
 test: preflight lint system-deps lerobot-env robomimic-venv
 	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
 	EGO_LEROBOT_PYTHON=$(CURDIR)/$(LEROBOT_VENV)/bin/python HF_HUB_OFFLINE=1 $(BIN)/pytest -n 2 -q
+
+# The suite on a busy laptop: `make test` beside one busy-looping process per core (what
+# `stress --cpu $(nproc)` does), stopped when the suite ends; prints the wall time.
+test-under-load:
+	@hogs=; for i in $$(seq $$(nproc)); do $(PYTHON) -c 'while True: pass' & hogs="$$hogs $$!"; done; \
+	trap "kill $$hogs" EXIT; start=$$(date +%s); \
+	$(MAKE) test; rc=$$?; \
+	echo "make test beside $$(nproc) CPU hogs: rc $$rc, $$(( $$(date +%s) - start )) s wall, load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	exit $$rc
 
 demo: $(STAMP)
 	mkdir -p $(LOCAL_DAGSTER_HOME)
