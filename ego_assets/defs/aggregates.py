@@ -7,6 +7,7 @@ two refreshes never write the same file at once.
 """
 
 import functools
+from collections.abc import Callable
 
 import dagster as dg
 
@@ -18,19 +19,33 @@ CATALOG_VERSION = "quality-catalog-1"
 AGGREGATES_GROUP = "aggregates"
 
 
+def aggregate_asset(
+    sets: tuple[CaptureSet, ...], upstream: str, *, kind: str, code_version: str, description: str
+) -> Callable[..., dg.AssetsDefinition]:
+    """The ``dg.asset`` decorator of an aggregate over every partition of per-capture asset
+    ``upstream`` in each of ``sets`` (group ``aggregates``, kinds python and ``kind``, the
+    single-writer pool)."""
+    return dg.asset(
+        deps=[
+            dg.AssetDep(cs.key(upstream), partition_mapping=dg.AllPartitionMapping()) for cs in sets
+        ],
+        group_name=AGGREGATES_GROUP,
+        kinds={"python", kind},
+        code_version=code_version,
+        pool=SINGLE_WRITER_POOL,
+        description=description,
+    )
+
+
 @functools.cache  # one definition per tuple of sets (the module-level one: set 0 only)
 def build_quality_catalog(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsDefinition:
     """``quality_catalog`` over every set's quality_report."""
 
-    @dg.asset(
-        deps=[
-            dg.AssetDep(cs.key("quality_report"), partition_mapping=dg.AllPartitionMapping())
-            for cs in sets
-        ],
-        group_name=AGGREGATES_GROUP,
-        kinds={"python", "parquet"},
+    @aggregate_asset(
+        sets,
+        "quality_report",
+        kind="parquet",
         code_version=CATALOG_VERSION,
-        pool=SINGLE_WRITER_POOL,
         description=(
             "Every episode's quality row in one Parquet table (catalog/quality/quality.parquet), "
             "columns matched by name, sorted by capture key."

@@ -18,10 +18,9 @@ import functools
 
 import dagster as dg
 
-from ego_assets.defs.aggregates import AGGREGATES_GROUP
+from ego_assets.defs.aggregates import aggregate_asset
 from ego_assets.defs.export_assets import export_config, exporter_for
 from ego_assets.defs.partitions import SET0, CaptureSet
-from ego_assets.defs.pools import SINGLE_WRITER_POOL
 from ego_assets.defs.resources import StorageResource
 from ego_assets.exports import ceres as ceres_export
 from ego_assets.exports.egosmith import EgoSmithExporter, pack_dataset
@@ -36,15 +35,11 @@ EgoSmithConfig = export_config(EGOSMITH)
 def build_ceres_dataset(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsDefinition:
     """``ceres_dataset`` over every set's ceres_episode."""
 
-    @dg.asset(
-        deps=[
-            dg.AssetDep(cs.key(CERES.name), partition_mapping=dg.AllPartitionMapping())
-            for cs in sets
-        ],
-        group_name=AGGREGATES_GROUP,
-        kinds={"python", CERES.storage_kind},
+    @aggregate_asset(
+        sets,
+        CERES.name,
+        kind=CERES.storage_kind,
         code_version=MERGE_VERSION,
-        pool=SINGLE_WRITER_POOL,
         description=(
             "Every current CERES shard merged into one LeRobotDataset v3 "
             "(exports/ceres-lerobot-v3-dataset/), episodes in index order."
@@ -70,15 +65,11 @@ def build_ceres_dataset(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsDefi
 def build_egosmith_dataset(sets: tuple[CaptureSet, ...] = (SET0,)) -> dg.AssetsDefinition:
     """``egosmith_dataset`` over every set's egosmith_shards."""
 
-    @dg.asset(
-        deps=[
-            dg.AssetDep(cs.key(EGOSMITH.name), partition_mapping=dg.AllPartitionMapping())
-            for cs in sets
-        ],
-        group_name=AGGREGATES_GROUP,
-        kinds={"python", EGOSMITH.storage_kind},
+    @aggregate_asset(
+        sets,
+        EGOSMITH.name,
+        kind=EGOSMITH.storage_kind,
         code_version=egosmith.WRITER_VERSION,
-        pool=SINGLE_WRITER_POOL,
         description=(
             "The EgoSmith WebDataset: every exported episode packed into shard-NNNNNN.tar "
             "(train then val, split by episode) with manifest.json (shards, samples, episodes, "
