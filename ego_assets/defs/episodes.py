@@ -61,6 +61,7 @@ from typing import Any
 import dagster as dg
 
 from ego_assets.dagster_compat import add_partition_metadata
+from ego_assets.defs.partitions import CaptureSet
 from ego_assets.pipeline import StepResult
 from ego_assets.quality.gate import ExportBlockedError
 
@@ -75,6 +76,21 @@ from ego_assets.quality.gate import ExportBlockedError
 # captures already finished in a failed chunk are reused on retry.
 BACKFILL_CHUNK = 50
 backfill_policy = dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_CHUNK)
+
+
+def per_capture_asset(
+    cs: CaptureSet, name: str, **asset_args: Any
+) -> Callable[..., dg.AssetsDefinition]:
+    """The ``dg.asset`` decorator of capture set ``cs``'s per-capture asset ``name``: its key
+    and partitions in that set, backfills in ranged runs of `BACKFILL_CHUNK` captures;
+    ``asset_args`` are the rest of ``dg.asset``'s arguments (group, kinds, versions...)."""
+    return dg.asset(
+        key=cs.key(name),
+        partitions_def=cs.partitions_def,
+        backfill_policy=backfill_policy,
+        **asset_args,
+    )
+
 
 # Event-writing switches for every process that executes runs: loading the code location
 # (`ego_assets.definitions`) sets them unless the environment already does, so run

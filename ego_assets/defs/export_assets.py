@@ -13,7 +13,7 @@ from here:
 
 Every exporter asset depends on the set's trajectory and quality report, sits in the
 set's ``exports`` group, runs `run_export` over the run's partitions (one chunk of a
-backfill at most, `backfill_policy`) with the export phases as run tags (`run_progress`)
+backfill at most: `per_capture_asset`) with the export phases as run tags (`run_progress`)
 and is declared with ``output_required=False``: a capture its gate blocks is recorded
 as `ego_assets.defs.episodes` says (nothing written).
 """
@@ -30,7 +30,7 @@ import dagster as dg
 from pydantic import Field, create_model
 from upath import UPath
 
-from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_result, run_each
+from ego_assets.defs.episodes import AssetEvent, materialize_result, per_capture_asset, run_each
 from ego_assets.defs.exports import run_progress
 from ego_assets.defs.k8s import k8s_resources
 from ego_assets.defs.partitions import CaptureSet
@@ -99,10 +99,9 @@ def build_export_asset(cs: CaptureSet, fmt: ExportFormat) -> dg.AssetsDefinition
 
     export.__name__ = export.__qualname__ = fmt.name
     cpu, memory = fmt.step_resources
-    return dg.asset(
-        key=cs.key(fmt.name),
-        partitions_def=cs.partitions_def,
-        backfill_policy=backfill_policy,
+    return per_capture_asset(
+        cs,
+        fmt.name,
         deps=[cs.key("trajectory"), cs.key("quality_report")],
         group_name=cs.group(EXPORTS_GROUP),
         kinds={"python", fmt.storage_kind},

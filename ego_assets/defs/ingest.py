@@ -5,26 +5,43 @@ Built once per capture set (`ego_assets.defs.partitions.CaptureSet`); the module
 """
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import dagster as dg
 
 from ego_assets import pipeline
-from ego_assets.defs.episodes import AssetEvent, backfill_policy, materialize_each
+from ego_assets.defs.episodes import AssetEvent, materialize_each, per_capture_asset
 from ego_assets.defs.k8s import RAW_CAPTURE_TAGS, TRAJECTORY_TAGS
 from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.resources import StorageResource
+from ego_assets.storage import Storage
+
+
+def _pipeline_asset(
+    cs: CaptureSet,
+    name: str,
+    step: Callable[[Storage, str], pipeline.StepResult],
+    **asset_args: Any,
+) -> dg.AssetsDefinition:
+    """Set ``cs``'s capture-group asset ``name``: ``step(storage, key)`` for every capture
+    of the run (`materialize_each`)."""
+
+    def asset(context: dg.AssetExecutionContext, storage: StorageResource) -> Iterator[AssetEvent]:
+        store = storage.get_storage()
+        yield from materialize_each(context, lambda key: step(store, key))
+
+    asset.__name__ = asset.__qualname__ = name  # the op's name
+    return per_capture_asset(cs, name, group_name=cs.group("capture"), **asset_args)(asset)
 
 
 @functools.cache  # one definition per set (the module-level one is set 0's)
 def build_raw_capture(cs: CaptureSet) -> dg.AssetsDefinition:
     """Set ``cs``'s raw_capture."""
-
-    @dg.asset(
-        key=cs.key("raw_capture"),
-        partitions_def=cs.partitions_def,
-        backfill_policy=backfill_policy,
-        group_name=cs.group("capture"),
+    return _pipeline_asset(
+        cs,
+        "raw_capture",
+        pipeline.ingest_raw,
         kinds={"python", "files"},
         code_version="raw-2",  # 2: capture files below capture/, manifest.json beside them
         op_tags=RAW_CAPTURE_TAGS,
@@ -33,25 +50,16 @@ def build_raw_capture(cs: CaptureSet) -> dg.AssetsDefinition:
             "and beside them manifest.json (size and SHA-256 of every file)."
         ),
     )
-    def raw_capture(
-        context: dg.AssetExecutionContext, storage: StorageResource
-    ) -> Iterator[AssetEvent]:
-        store = storage.get_storage()
-        yield from materialize_each(context, lambda key: pipeline.ingest_raw(store, key))
-
-    return raw_capture
 
 
 @functools.cache  # one definition per set (the module-level one is set 0's)
 def build_trajectory(cs: CaptureSet) -> dg.AssetsDefinition:
     """Set ``cs``'s trajectory."""
-
-    @dg.asset(
-        key=cs.key("trajectory"),
-        partitions_def=cs.partitions_def,
-        backfill_policy=backfill_policy,
+    return _pipeline_asset(
+        cs,
+        "trajectory",
+        pipeline.normalize,
         deps=[cs.key("raw_capture")],
-        group_name=cs.group("capture"),
         kinds={"python", "parquet"},
         code_version=pipeline.NORMALIZER_VERSION,
         op_tags=TRAJECTORY_TAGS,
@@ -60,13 +68,6 @@ def build_trajectory(cs: CaptureSet) -> dg.AssetsDefinition:
             "plus capture.json (conventions, annotations, media timing)."
         ),
     )
-    def trajectory(
-        context: dg.AssetExecutionContext, storage: StorageResource
-    ) -> Iterator[AssetEvent]:
-        store = storage.get_storage()
-        yield from materialize_each(context, lambda key: pipeline.normalize(store, key))
-
-    return trajectory
 
 
 raw_capture = build_raw_capture(SET0)

@@ -28,8 +28,8 @@ from ego_assets.defs.episodes import (
     GATE_KEY,
     REASONS_KEY,
     AssetEvent,
-    backfill_policy,
     materialize_result,
+    per_capture_asset,
     run_each,
 )
 from ego_assets.defs.k8s import QUALITY_TAGS
@@ -193,10 +193,9 @@ def _tag_blocked_run(context: dg.AssetExecutionContext, gates: dict[str, Gate | 
 def build_quality_report(cs: CaptureSet) -> dg.AssetsDefinition:
     """Set ``cs``'s quality_report with its export gate check."""
 
-    @dg.asset(
-        key=cs.key("quality_report"),
-        partitions_def=cs.partitions_def,
-        backfill_policy=backfill_policy,
+    @per_capture_asset(
+        cs,
+        "quality_report",
         deps=[cs.key("trajectory")],
         group_name=cs.group("quality"),
         kinds={"python", "parquet"},
