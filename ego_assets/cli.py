@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ego_assets.errors import CaptureFormatError, CaptureKeyError
+from ego_assets.releases.cli import add_data_options
 
 if TYPE_CHECKING:
     from ego_assets.storage import Storage
@@ -522,9 +523,7 @@ def _add_view(sub: Any) -> None:
     view.add_argument(
         "episode", help="capture key (in --data), trajectory folder, LeRobot dataset or HDF5 file"
     )
-    view.add_argument(
-        "--data", default=os.environ.get("EGO_DATA_DIR", "data"), help="data root ($EGO_DATA_DIR)"
-    )
+    add_data_options(view, data_help="data root ($EGO_DATA_DIR)")
     view.add_argument("--media", help="raw capture folder (for a trajectory folder)")
     view.add_argument(
         "--lerobot-episode", type=int, help="episode of a LeRobot dataset (default: first)"
@@ -566,11 +565,7 @@ def _add_catalog(sub: Any) -> None:
             "the receipts and quality reports and runs the dbt models first."
         ),
     )
-    catalog.add_argument(
-        "--data",
-        default=os.environ.get("EGO_DATA_DIR", "data"),
-        help="data root: a folder or s3://bucket/prefix",
-    )
+    add_data_options(catalog, data_help="data root: a folder or s3://bucket/prefix")
     catalog.add_argument(
         "--endpoint-url",
         default=os.environ.get("EGO_S3_ENDPOINT_URL"),
@@ -702,15 +697,10 @@ def _add_import_parser(sub: Any) -> None:
     )
     imp.add_argument("kind", metavar="KIND", choices=sorted(IMPORTERS), help="source kind")
     imp.add_argument("src", metavar="SRC", help="dataset folder or s3://bucket/prefix")
-    imp.add_argument(
-        "--data",
-        default=os.environ.get("EGO_DATA_DIR", "data"),
-        help="data root: a folder or s3://bucket/prefix ($EGO_DATA_DIR)",
-    )
-    imp.add_argument(
-        "--landing",
-        default=os.environ.get("EGO_LANDING_DIR"),
-        help="landing zone (default: <data>/landing; $EGO_LANDING_DIR)",
+    add_data_options(
+        imp,
+        data_help="data root: a folder or s3://bucket/prefix ($EGO_DATA_DIR)",
+        landing_help="landing zone (default: <data>/landing; $EGO_LANDING_DIR)",
     )
     imp.add_argument(
         "--endpoint-url",

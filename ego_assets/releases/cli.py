@@ -13,6 +13,18 @@ from pathlib import Path
 from typing import Any, TextIO
 
 
+def add_data_options(parser: Any, *, data_help: str, landing_help: str | None = None) -> None:
+    """``--data`` on ``parser``, default ``$EGO_DATA_DIR`` else ``data``, and with
+    ``landing_help`` ``--landing``, default ``$EGO_LANDING_DIR`` (None: the root's
+    ``landing/``): the data-root options of the ``ego-assets`` commands that read them from
+    the environment (``ego_assets.cli`` uses it too)."""
+    parser.add_argument("--data", default=os.environ.get("EGO_DATA_DIR", "data"), help=data_help)
+    if landing_help is not None:
+        parser.add_argument(
+            "--landing", default=os.environ.get("EGO_LANDING_DIR"), help=landing_help
+        )
+
+
 def add_release_parser(sub: Any) -> None:
     """The ``release`` command and its ``build`` and ``diff`` subcommands."""
     release = sub.add_parser(
@@ -59,11 +71,7 @@ def add_release_parser(sub: Any) -> None:
     rebuild.add_argument("version", metavar="V", help="version (v2)")
     rebuild.add_argument("--out", type=Path, help="new folder to write (default: the version's)")
     for parser in (build, diff, rebuild):
-        parser.add_argument(
-            "--data",
-            default=os.environ.get("EGO_DATA_DIR", "data"),
-            help="data root (a local folder)",
-        )
+        add_data_options(parser, data_help="data root (a local folder)")
     build.set_defaults(func=run_build)
     diff.set_defaults(func=run_diff)
     rebuild.set_defaults(func=run_rebuild)
@@ -149,13 +157,10 @@ def add_withdraw_parser(sub: Any) -> None:
         metavar="WHO",
         help="who records it (default: $USER)",
     )
-    withdraw.add_argument(
-        "--data", default=os.environ.get("EGO_DATA_DIR", "data"), help="data root (a local folder)"
-    )
-    withdraw.add_argument(
-        "--landing",
-        default=os.environ.get("EGO_LANDING_DIR"),
-        help="landing zone (default: ROOT/landing; $EGO_LANDING_DIR)",
+    add_data_options(
+        withdraw,
+        data_help="data root (a local folder)",
+        landing_help="landing zone (default: ROOT/landing; $EGO_LANDING_DIR)",
     )
     withdraw.add_argument(
         "--no-catalog",
