@@ -9,7 +9,6 @@ missing interpreter. ``HF_HUB_OFFLINE=1``: any Hub call would fail the test.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from ego_assets.formats.ceres_episode import build_rows
 from ego_assets.formats.ceres_lerobot import CAMERA_KEY, shard_name, write_shard
 from ego_assets.formats.ceres_merge import merge_shards
 from ego_assets_tests.ceres_helpers import data_rows, shifted_copy, synth_capture
+from ego_assets_tests.other_venvs import lerobot_python, venv_env
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).with_name("lerobot_probe.py")
@@ -38,16 +38,6 @@ CAPTURES = (
 )
 
 
-def _lerobot_python() -> Path | None:
-    named = os.environ.get("EGO_LEROBOT_PYTHON")
-    if named:
-        if not Path(named).exists():
-            pytest.fail(f"EGO_LEROBOT_PYTHON={named} does not exist; run `make lerobot-env`")
-        return Path(named)
-    local = REPO / ".venv-lerobot" / "bin" / "python"
-    return local if local.exists() else None
-
-
 def _decode(path: Path) -> np.ndarray:
     with av.open(str(path)) as inp:
         return np.stack([f.to_ndarray(format="rgb24") for f in inp.decode(video=0)])
@@ -55,7 +45,7 @@ def _decode(path: Path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    python = _lerobot_python()
+    python = lerobot_python()
     if python is None:
         pytest.skip("no lerobot environment (make lerobot-env)")
     root = tmp_path_factory.mktemp("lerobot-real")
@@ -93,12 +83,7 @@ def loaded(tmp_path_factory):
         for name, path in views.items()
     ]
     (root / "request.json").write_text(json.dumps(request))
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_HOME": str(root / "hf-home"),
-        "HF_LEROBOT_HOME": str(root / "lerobot-home"),
-    }
+    env = venv_env(hf_home=root)
     run = subprocess.run(
         [
             str(python),

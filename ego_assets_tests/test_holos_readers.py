@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,12 +22,8 @@ import numpy as np
 import pytest
 
 from ego_assets_tests.holos_files import KINDS
+from ego_assets_tests.other_venvs import ROBOMIMIC_PYTHON, run_recipe, venv_env
 from ego_assets_tests.waiting import CEILING_S
-
-REPO = Path(__file__).resolve().parents[1]
-ROBOMIMIC_PYTHON = Path(
-    os.environ.get("EGO_ROBOMIMIC_PYTHON", REPO / ".venv-robomimic" / "bin" / "python")
-)
 
 # The format's robomimic recipe; prints what it returned as JSON on the last line.
 RECIPE = r"""
@@ -86,16 +81,9 @@ def _main_obs_key(path: Path) -> str:
 def test_robomimic_sequence_dataset_reads_every_source_kind(holos_exports, kind, tmp_path):
     path, _ = holos_exports[kind]
     key = _main_obs_key(path)
-    run = subprocess.run(
-        [str(ROBOMIMIC_PYTHON), "-c", RECIPE, str(path), key],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    args = ["-c", RECIPE, str(path), key]
+    line = run_recipe(ROBOMIMIC_PYTHON, args, cwd=tmp_path, env=venv_env(), timeout_s=600)
+    got = json.loads(line)
     with h5py.File(path) as f:
         demo = f["data/demo_0"]
         obs = demo[f"obs/{key}"][:10]

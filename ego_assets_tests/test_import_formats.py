@@ -31,6 +31,7 @@ from ego_assets.importers import get_importer
 from ego_assets.importers.core import ImportSummary, import_source, open_source
 from ego_assets.storage import Storage
 from ego_assets_tests.ceres_helpers import synth_capture
+from ego_assets_tests.other_venvs import lerobot_python
 
 T_NS = 1_793_000_000_000_000_000
 
@@ -347,18 +348,10 @@ ds.finalize()
 """
 
 
-def _lerobot_python() -> Path | None:
-    named = os.environ.get("EGO_LEROBOT_PYTHON")
-    if named:
-        return Path(named)
-    local = Path(__file__).resolve().parents[1] / ".venv-lerobot" / "bin" / "python"
-    return local if local.exists() else None
-
-
 @pytest.fixture(scope="module")
 def lerobot_written(tmp_path_factory) -> Path:
     """Two 12-frame episodes written by lerobot itself (AV1 video, GOP 2, one mp4)."""
-    python = _lerobot_python()
+    python = lerobot_python()
     if python is None:
         pytest.skip("no lerobot environment (make lerobot-env)")
     root = tmp_path_factory.mktemp("lerobot")

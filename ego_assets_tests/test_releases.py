@@ -12,7 +12,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from ego_assets.releases.select import SelectionError, select_episodes
 from ego_assets.releases.spec import SpecError, assign_split, load_spec, parse_spec
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+from ego_assets_tests.other_venvs import ROBOMIMIC_PYTHON, lerobot_python, run_recipe, venv_env
 
 CAPTURES = {  # key -> (kind, faults)
     "rel-xr-a": ("webxr", ()),
@@ -542,10 +542,6 @@ def test_cli_build_and_refusals(root, capsys):
 
 # -- robomimic-style HDF5 ----------------------------------------------------------------
 
-REPO = Path(__file__).resolve().parents[1]
-ROBOMIMIC_PYTHON = Path(
-    os.environ.get("EGO_ROBOMIMIC_PYTHON", REPO / ".venv-robomimic" / "bin" / "python")
-)
 # robomimic's SequenceDataset over one split (filter_by_attribute); prints JSON.
 SPLIT_RECIPE = r"""
 import json, sys
@@ -622,16 +618,14 @@ def test_robomimic_sequence_dataset_reads_each_split(root, tmp_path):
         keys = [e["capture_key"] for e in result.manifest["episodes"] if e["split"] == split]
         if not keys:
             continue
-        run = subprocess.run(
-            [str(ROBOMIMIC_PYTHON), "-c", SPLIT_RECIPE, str(path), split],
-            capture_output=True,
-            text=True,
-            timeout=600,
+        line = run_recipe(
+            ROBOMIMIC_PYTHON,
+            ["-c", SPLIT_RECIPE, str(path), split],
             cwd=tmp_path,
-            env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
+            env=venv_env(),
+            timeout_s=600,
         )
-        assert run.returncode == 0, run.stderr[-3000:]
-        got = json.loads(run.stdout.strip().splitlines()[-1])
+        got = json.loads(line)
         assert got["demos"] == [demos[k] for k in keys]
         samples = 0
         for key in keys:
@@ -668,14 +662,6 @@ print(json.dumps({
 """
 
 
-def _lerobot_python() -> Path | None:
-    named = os.environ.get("EGO_LEROBOT_PYTHON")
-    if named:
-        return Path(named)
-    local = REPO / ".venv-lerobot" / "bin" / "python"
-    return local if local.exists() else None
-
-
 def test_lerobot_is_one_packed_dataset_per_split(root, tmp_path):
     _write_spec(root, "xr", WEBXR_ONLY.replace("train = 0.5, valid = 0.5", "train = 1.0"))
     result = build_release(root, "xr")
@@ -708,25 +694,18 @@ def test_lerobot_is_one_packed_dataset_per_split(root, tmp_path):
     total = sum(e["length"] for e in episodes)
     assert info["total_frames"] == total == rows.num_rows
 
-    python = _lerobot_python()
+    python = lerobot_python()
     if python is None:
         pytest.skip("no lerobot environment (make lerobot-env)")
     chosen = [1]
-    run = subprocess.run(
-        [str(python), "-c", LEROBOT_RECIPE, str(dataset), json.dumps(chosen)],
-        capture_output=True,
-        text=True,
-        timeout=900,
+    line = run_recipe(
+        python,
+        ["-c", LEROBOT_RECIPE, str(dataset), json.dumps(chosen)],
         cwd=tmp_path,
-        env={
-            **os.environ,
-            "HF_HUB_OFFLINE": "1",
-            "HF_HOME": str(tmp_path / "hf-home"),
-            "HF_LEROBOT_HOME": str(tmp_path / "lerobot-home"),
-        },
+        env=venv_env(hf_home=tmp_path),
+        timeout_s=900,
     )
-    assert run.returncode == 0, run.stderr[-3000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    got = json.loads(line)
     assert got["len"] == episodes[1]["length"] and got["num_episodes"] == 1
     assert got["episode_index"] == chosen
     first = rows.column("observation.state")[episodes[1]["dataset_from_index"]]

@@ -7,9 +7,7 @@ each prints is checked against the manifest and the packed files.
 """
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,14 +15,14 @@ import h5py
 import pytest
 
 from ego_assets.releases.build import build_release
-from ego_assets_tests.test_releases import (
+from ego_assets_tests.other_venvs import (
     REPO,
     ROBOMIMIC_PYTHON,
-    WEBXR_ONLY,
-    _lerobot_python,
-    _write_spec,
-    make_release_root,
+    lerobot_python,
+    run_recipe,
+    venv_env,
 )
+from ego_assets_tests.test_releases import WEBXR_ONLY, _write_spec, make_release_root
 
 DOC = REPO / "docs" / "releases.md"
 BLOCK = re.compile(r"<!-- docs-test: (\w+) -->\n```python\n(.*?)\n```", re.S)
@@ -55,21 +53,7 @@ def release(root):
 
 
 def _run(python: Path, code: str, cwd: Path, tmp_path: Path) -> str:
-    run = subprocess.run(
-        [str(python), "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=cwd,
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
-            "HF_HUB_OFFLINE": "1",
-            "HF_HOME": str(tmp_path / "hf-home"),
-            "HF_LEROBOT_HOME": str(tmp_path / "lerobot-home"),
-        },
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    return run.stdout.strip().splitlines()[-1]
+    return run_recipe(python, ["-c", code], cwd=cwd, env=venv_env(hf_home=tmp_path), timeout_s=900)
 
 
 def test_webdataset_block(release, root, tmp_path):
@@ -90,7 +74,7 @@ def test_robomimic_block(release, root, tmp_path):
 
 
 def test_lerobot_block(release, root, tmp_path):
-    python = _lerobot_python()
+    python = lerobot_python()
     if python is None:
         pytest.skip("no lerobot environment (make lerobot-env)")
     info = json.loads((release.path / "lerobot/train/meta/info.json").read_text())
