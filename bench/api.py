@@ -259,15 +259,13 @@ def run(
     from ego_assets.storage import Storage
     from ego_assets.synth import synthesize
     from ego_assets_tests.processes import (
-        daemon_args,
         free_port,
         fresh_database,
         pg_env,
         require_postgres,
-        start,
+        start_dagster,
         stop,
         wait_http_ok,
-        webserver_args,
         write_dagster_home,
     )
 
@@ -301,9 +299,7 @@ def run(
             try:
                 web_port = free_port()
                 if exports:
-                    services.append(start("dagster-daemon", daemon_args(), env, tmp))
-                    web = start("dagster-webserver", webserver_args(web_port), env, tmp)
-                    services.append(web)
+                    web = start_dagster(services, env, tmp, web_port)
                 web_url = f"http://127.0.0.1:{web_port}"
                 server, url = start_api(tmp, env, "bench-*", workers, web_url)
                 services.append(server)

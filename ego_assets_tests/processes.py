@@ -192,3 +192,16 @@ def webserver_args(port: int) -> list[str]:
 
 def daemon_args() -> list[str]:
     return [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"]
+
+
+def start_dagster(
+    services: list[Service], env: Mapping[str, str], log_dir: Path, port: int
+) -> Service:
+    """Start a Dagster daemon, then a webserver on 127.0.0.1:``port`` (both over
+    workspace.yaml), each added to ``services`` once started, so the caller's `stop` ends
+    it even when the next one fails to start. Returns the webserver (``/server_info``
+    answers once it is up)."""
+    services.append(start("dagster-daemon", daemon_args(), env, log_dir))
+    web = start("dagster-webserver", webserver_args(port), env, log_dir)
+    services.append(web)
+    return web

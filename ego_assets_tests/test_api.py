@@ -43,15 +43,14 @@ from ego_assets_tests.conftest import S3Server
 from ego_assets_tests.processes import (
     BIN,
     compute_logs_env,
-    daemon_args,
     free_port,
     fresh_database,
     pg_env,
     require_postgres,
     start,
+    start_dagster,
     stop,
     wait_http_ok,
-    webserver_args,
     write_dagster_home,
 )
 from ego_assets_tests.waiting import CEILING_S, wait_for
@@ -192,9 +191,7 @@ def api(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Iterat
                 assert type(instance.compute_log_manager).__name__ == "S3ComputeLogManager"
             instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, keys)
             web_port, api_port = free_port(), free_port()
-            services.append(start("dagster-daemon", daemon_args(), env, tmp))
-            web = start("dagster-webserver", webserver_args(web_port), env, tmp)
-            services.append(web)
+            web = start_dagster(services, env, tmp, web_port)
             dagster_url = f"http://127.0.0.1:{web_port}"
             config = _write_config(tmp / "api.toml")
             serve = [str(BIN / "ego-assets"), "serve", "--port", str(api_port)]

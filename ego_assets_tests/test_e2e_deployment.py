@@ -25,15 +25,13 @@ from ego_assets.defs.quality import GX_CHECK
 from ego_assets.synth import synthesize
 from ego_assets_tests.conftest import S3Server
 from ego_assets_tests.processes import (
-    daemon_args,
     free_port,
     fresh_database,
     pg_env,
     require_postgres,
-    start,
+    start_dagster,
     stop,
     wait_http_ok,
-    webserver_args,
     write_dagster_home,
 )
 from ego_assets_tests.waiting import wait_for
@@ -71,9 +69,7 @@ def deployment(tmp_path: Path, s3_server: S3Server) -> Iterator[Deployment]:
         port = free_port()
         services = []
         try:
-            services.append(start("dagster-daemon", daemon_args(), env, tmp_path))
-            web = start("dagster-webserver", webserver_args(port), env, tmp_path)
-            services.append(web)
+            web = start_dagster(services, env, tmp_path, port)
             url = f"http://127.0.0.1:{port}"
             wait_http_ok(f"{url}/server_info", web)
             yield Deployment(home, data, landing, url, env)
