@@ -8,6 +8,7 @@ import av
 import numpy as np
 
 from ego_assets.capture.manifest import write_marker
+from ego_assets.synth import synthesize
 from ego_assets.trajectory.model import (
     Annotations,
     CameraCalibration,
@@ -182,3 +183,12 @@ def garble_holos_pose_row(capture: Path) -> None:
     lines[4] = lines[4].replace(",", ",not-a-number,", 1)
     csv.write_text("\n".join(lines) + "\n")
     write_marker(capture, "holos")
+
+
+def synth_blocked_capture(folder: Path, key: str, seconds: float = 6) -> Path:
+    """A WebXR capture ``key`` in ``folder`` whose left hand is never seen (seed 12): its
+    tracking loss fails, so the export policy blocks every export of it. ``seconds`` is
+    written as given (6, not 6.0, in session.json)."""
+    return synthesize(
+        "webxr", folder, seconds=seconds, seed=12, faults=["hand_never_seen"], capture_id=key
+    )

@@ -25,6 +25,7 @@ from ego_assets.formats.holos_hdf5_validate import validate_file
 from ego_assets.formats.holos_writer import EXPORTER_VERSION
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+from ego_assets_tests.factories import synth_blocked_capture
 
 holos_hdf5 = build_export_asset(SET0, HOLOS)
 
@@ -38,14 +39,7 @@ KEYS = ["a-vp", "b-lost"]
 def landing(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("holos_landing")
     synthesize("holos-visionpro", root / "a-vp", seconds=1.5, seed=3, capture_id="a-vp")
-    synthesize(
-        "webxr",
-        root / "b-lost",
-        seconds=6,
-        seed=12,
-        faults=["hand_never_seen"],
-        capture_id="b-lost",
-    )
+    synth_blocked_capture(root / "b-lost", "b-lost")
     return root
 
 

@@ -25,6 +25,7 @@ from ego_assets.exports.run import require_export_gate
 from ego_assets.quality.waivers import add_waiver
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
+from ego_assets_tests.factories import synth_blocked_capture
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
@@ -59,14 +60,7 @@ ASSETS = [raw_capture, trajectory, quality_report, downstream_export]
 def landing(tmp_path_factory):
     root = tmp_path_factory.mktemp("gate")
     synthesize("webxr", root / "a-clean", seconds=6, seed=11, capture_id="a-clean")
-    synthesize(
-        "webxr",
-        root / "b-lost",
-        seconds=6,
-        seed=12,
-        faults=["hand_never_seen"],
-        capture_id="b-lost",
-    )
+    synth_blocked_capture(root / "b-lost", "b-lost")
     return root
 
 
