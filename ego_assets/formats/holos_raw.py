@@ -167,6 +167,10 @@ class RawSection(Section):
         self.writer.data(
             group, "hand_valid", stream.fields["hand_valid"], [time], "1", "hand tracked"
         )
+        self._hand_confidence(group, time, stream)
+
+    def _hand_confidence(self, group: Any, time: Any, stream: Stream) -> None:
+        """The hand stream's per-frame hand confidence (0-1) on ``time``, when it has one."""
         if "hand_confidence" in stream.fields:
             self.writer.data(
                 group,
@@ -197,15 +201,7 @@ class RawSection(Section):
                 "1",
                 "per-landmark confidence, 0 = not seen",
             )
-        if "hand_confidence" in stream.fields:
-            self.writer.data(
-                group,
-                "hand_confidence",
-                stream.fields["hand_confidence"],
-                [time],
-                "1",
-                "hand confidence",
-            )
+        self._hand_confidence(group, time, stream)
         self.writer.data(
             group, "hand_valid", stream.fields["hand_valid"], [time], "1", "hand detected"
         )
