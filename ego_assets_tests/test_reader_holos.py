@@ -19,6 +19,7 @@ from ego_assets.errors import CaptureFormatError
 from ego_assets.trajectory.joints import ARKIT27, VISION21
 from ego_assets.trajectory.store import read_trajectory, write_trajectory
 from ego_assets.trajectory.streams import SampleFlag
+from ego_assets_tests.malformed import set_csv
 
 ORIGIN_NS = 1_793_000_000_000_000_000
 START_MONO = 5123.25
@@ -526,18 +527,6 @@ def _replace_line(rel: str, line_no: int, edit: Callable[[str], str]) -> Callabl
     return apply
 
 
-def _set_cell(rel: str, row: int, column: str, value: str) -> Callable[[Path], None]:
-    def apply(root: Path) -> None:
-        lines = (root / rel).read_text().splitlines()
-        col = lines[0].split(",").index(column)
-        cells = lines[row].split(",")
-        cells[col] = value
-        lines[row] = ",".join(cells)
-        (root / rel).write_text("\n".join(lines) + "\n")
-
-    return apply
-
-
 def _drop_joint(root: Path) -> None:
     header = [c for c in HAND_COLUMNS if not c.startswith("forearmArm_")]
     rows = [row[: len(header)] for row in _hand_rows("right")]
@@ -590,28 +579,28 @@ BAD_INPUTS = {
         "missing column",
     ),
     "text in a float column": (
-        _set_cell("hands/right.csv", 2, "thumbTip_py", "abc"),
+        set_csv("hands/right.csv", 2, "thumbTip_py", "abc"),
         "hands/right.csv",
         "thumbTip_py",
         2,
         "malformed CSV",
     ),
     "tracked flag not 0/1": (
-        _set_cell("hands/right.csv", 4, "wrist_tracked", "2"),
+        set_csv("hands/right.csv", 4, "wrist_tracked", "2"),
         "hands/right.csv",
         "wrist_tracked",
         4,
         "0 or 1",
     ),
     "hand flag not an integer": (
-        _set_cell("hands/left.csv", 1, "hand_tracked", "yes"),
+        set_csv("hands/left.csv", 1, "hand_tracked", "yes"),
         "hands/left.csv",
         "hand_tracked",
         1,
         "malformed CSV",
     ),
     "text in an anchor column": (
-        _set_cell("hands/left.csv", 3, "anchor_qw", "x"),
+        set_csv("hands/left.csv", 3, "anchor_qw", "x"),
         "hands/left.csv",
         "anchor_qw",
         3,
@@ -649,7 +638,7 @@ BAD_INPUTS = {
         "expected str",
     ),
     "non-finite time": (
-        _set_cell("objects/anchors.csv", 2, "t_mono_s", "nan"),
+        set_csv("objects/anchors.csv", 2, "t_mono_s", "nan"),
         "objects/anchors.csv",
         "t_mono_s",
         2,
@@ -677,7 +666,7 @@ def test_bad_input_raises_an_error_naming_file_field_and_row(tmp_path, case):
 
 def test_iphone_tracking_state_outside_the_enum_is_an_error(tmp_path):
     root = write_holos(tmp_path / "cap", "iphone")
-    _set_cell("device_pose.csv", 3, "tracking_state", "lost")(root)
+    set_csv("device_pose.csv", 3, "tracking_state", "lost")(root)
     with pytest.raises(CaptureFormatError, match="field 'tracking_state', row 3"):
         read_capture("cap", root)
 
