@@ -1,4 +1,5 @@
-"""Storage-free file helpers every room may use: a file's SHA-256, atomic file writes, links.
+"""Storage-free file helpers every room may use: a file's SHA-256, atomic file writes, links,
+indented JSON written fast but byte for byte as the standard library writes it.
 
 No package import here (a leaf of the layering, ``docs/architecture.md``).
 """
@@ -8,12 +9,17 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 TEMPORARY_SUFFIX = ".tmp"
 _TOKEN_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
@@ -97,3 +103,67 @@ def remove_temporaries(path: Path) -> list[Path]:
     for tmp in stale:
         tmp.unlink(missing_ok=True)
     return stale
+
+
+# orjson writes what json.dumps writes but for: non-ASCII and DEL (raw, not \\u escaped),
+# floats below 1e-4 (``0.000099``, ``1e-7`` where json writes ``9.9e-05``, ``1e-07``) and
+# NaN or infinities (``null``). Any of these, and every type orjson is not told to pass
+# through (subclasses, dataclasses, datetimes: they reach json's rules), sends the
+# document to json itself. A number printed with an exponent or four leading zeros
+# (after ``": "`` or an indentation, so inside a string it only costs a fallback):
+_ORJSON_DIFFERS = re.compile(rb"(?:: |\n *|^)-?(?:0\.0000|[0-9.]+[eE])")
+_ORJSON_OPTIONS = (
+    orjson.OPT_INDENT_2
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
+
+
+def json_bytes(doc: Any, *, indent: int = 2, sort_keys: bool = False) -> bytes:
+    """``json.dumps(doc, indent=indent, sort_keys=sort_keys).encode()``, the same bytes,
+    about 20 times faster on plain documents (orjson's encoder, checked, re-indented;
+    the standard library's pure-Python indenting encoder when orjson would differ)."""
+    if indent < 1:
+        raise ValueError(f"indent {indent}: json_bytes writes indented JSON (1 or more)")
+    try:
+        out = orjson.dumps(doc, option=_ORJSON_OPTIONS | (orjson.OPT_SORT_KEYS * sort_keys))
+    except TypeError:  # a type orjson passes through, a key not a str, an int past 64 bits
+        out = None
+    if (
+        out is None
+        or not out.isascii()
+        or b"\x7f" in out
+        or _ORJSON_DIFFERS.search(out) is not None
+        or (b"null" in out and orjson.loads(out) != doc)  # NaN, inf: null; json: NaN
+    ):
+        return json.dumps(doc, indent=indent, sort_keys=sort_keys).encode()
+    if indent == 2:
+        return out
+    return _reindent(out, indent) or json.dumps(doc, indent=indent, sort_keys=sort_keys).encode()
+
+
+def _reindent(out: bytes, indent: int) -> bytes | None:
+    """orjson's two-space indentation of ASCII JSON ``out`` as ``indent`` spaces a level
+    (a raw newline is never inside a JSON string: each starts an indentation); None
+    past 127 levels."""
+    depth = 0
+    while b"\n" + b"  " * (depth + 1) in out:
+        depth += 1
+    if depth > 127:
+        return None
+    # deepest first, through a one-byte mark no ASCII document holds
+    for level in range(depth, 0, -1):
+        out = out.replace(b"\n" + b"  " * level, bytes((10, 0x80 + level)))
+    for level in range(1, depth + 1):
+        out = out.replace(bytes((10, 0x80 + level)), b"\n" + b" " * (indent * level))
+    return out
+
+
+def json_loads(raw: bytes | str) -> Any:
+    """``json.loads(raw)``, parsed by orjson (several times faster); what orjson refuses
+    and json reads (NaN, infinities, integers past 64 bits, lone surrogates) goes to json."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ego_assets.fileio import file_sha256
+from ego_assets.fileio import file_sha256, json_bytes
 from ego_assets.formats import lerobot_video
 from ego_assets.formats.ceres_episode import (
     ACTION_NAMES,
@@ -256,21 +256,59 @@ def write_tasks(tasks: list[str] | tuple[str, ...], path: Path) -> None:
 def episodes_table(
     rows: Sequence[dict[str, Any]], stats: Sequence[Mapping[str, Mapping]]
 ) -> pa.Table:
-    """``meta/episodes`` rows with flattened ``stats/<feature>/<stat>`` columns."""
-    columns: dict[str, list] = {
+    """``meta/episodes`` rows with flattened ``stats/<feature>/<stat>`` columns
+    (``stats``: each episode's, feature -> stat -> array)."""
+    return episodes_table_stacked(rows, stack_stats(stats))
+
+
+def stack_stats(stats: Sequence[Mapping[str, Mapping]]) -> dict[str, dict[str, np.ndarray]]:
+    """Episodes' stats as one array a feature and stat, episodes along the first axis
+    (features in the first episode's order; dtype promoted as `np.stack` does)."""
+    return {
+        feature: {
+            name: np.stack([np.asarray(s[feature][name]) for s in stats]) for name in STAT_NAMES
+        }
+        for feature in stats[0]
+    }
+
+
+def episodes_table_stacked(
+    rows: Sequence[dict[str, Any]], stats: Mapping[str, Mapping[str, np.ndarray]]
+) -> pa.Table:
+    """`episodes_table` from stacked stats (`stack_stats`): each column is built from one
+    array, not a Python list an episode."""
+    columns: dict[str, Any] = {
         k: [r[k] for r in rows] for k in rows[0] if not k.startswith("meta/")
     }
-    for feature in stats[0]:
+    fields = [pa.field(name, _episode_type(name, values[0])) for name, values in columns.items()]
+    for feature, by_name in stats.items():
         for name in STAT_NAMES:
-            columns[f"stats/{feature}/{name}"] = [
-                np.asarray(s[feature][name]).tolist() for s in stats
-            ]
+            values = np.asarray(by_name[name])
+            if len(values) != len(rows):
+                raise ValueError(
+                    f"stats/{feature}/{name}: {len(values)} episodes, {len(rows)} rows"
+                )
+            column = f"stats/{feature}/{name}"
+            if name == "count":
+                array = _nested_lists(values.reshape(len(values), -1).astype(np.int64), pa.int64())
+            else:
+                array = _nested_lists(values.astype(np.float64), pa.float64())
+            columns[column] = array
+            fields.append(pa.field(column, array.type))
     for k in ("meta/episodes/chunk_index", "meta/episodes/file_index"):
         columns[k] = [r[k] for r in rows]
-    fields = []
-    for name, values in columns.items():
-        fields.append(pa.field(name, _episode_type(name, values[0])))
+        fields.append(pa.field(k, _episode_type(k, columns[k][0])))
     return pa.Table.from_pydict(columns, schema=pa.schema(fields))
+
+
+def _nested_lists(values: np.ndarray, leaf: pa.DataType) -> pa.Array:
+    """(episodes, d1, ..., dk) ``values`` as one row an episode of k-deep lists of ``leaf``."""
+    array: pa.Array = pa.array(values.reshape(-1), type=leaf)
+    for depth in range(values.ndim - 1, 0, -1):
+        lists = int(np.prod(values.shape[:depth]))
+        offsets = np.arange(lists + 1, dtype=np.int32) * np.int32(values.shape[depth])
+        array = pa.ListArray.from_arrays(pa.array(offsets), array)
+    return array
 
 
 def _episode_type(name: str, sample: Any) -> pa.DataType:
@@ -307,15 +345,17 @@ def write_receipt(folder: Path) -> dict[str, Any]:
     receipt = {"schema": RECEIPT_SCHEMA, "version": RECEIPT_VERSION, "artefacts": artefacts}
     target = folder / RECEIPT_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(receipt, indent=2) + "\n")
+    target.write_bytes(json_bytes(receipt, indent=2) + b"\n")
     return receipt
 
 
 def write_json(path: Path, doc: Any, *, compact: bool = False) -> None:
     """JSON file; ``compact`` (one line, the C encoder) for large numeric documents."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=2)
-    path.write_text(text + "\n")
+    if compact:
+        path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    else:
+        path.write_bytes(json_bytes(doc, indent=2) + b"\n")
 
 
 # --- the shard -------------------------------------------------------------------------

@@ -27,7 +27,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 import shutil
 from collections import Counter
 from collections.abc import Collection
@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ego_assets.fileio import link_or_copy
+from ego_assets.fileio import json_loads, link_or_copy
 from ego_assets.formats.ceres_lerobot import (
     CAMERA_KEY,
     CHUNKS_SIZE,
@@ -55,7 +55,7 @@ from ego_assets.formats.ceres_lerobot import (
     VIDEO_FILES_SIZE_IN_MB,
     VIDEO_PATH,
     column_stats,
-    episodes_table,
+    episodes_table_stacked,
     info_json,
     shard_name,
     stats_to_json,
@@ -64,7 +64,7 @@ from ego_assets.formats.ceres_lerobot import (
     write_tasks,
 )
 from ego_assets.formats.ceres_metadata import TASK_SPEC_DIR
-from ego_assets.formats.lerobot_video import MUX_OPTIONS, video_info
+from ego_assets.formats.lerobot_video import MUX_OPTIONS, QUANTILES, quantile_name, video_info
 
 MERGE_FILE = "ceres/merge.json"
 MERGE_VERSION = "ceres-lerobot-v3-merge-1"  # bump when the merged output changes
@@ -101,31 +101,99 @@ def _advance(chunk: int, file: int) -> tuple[int, int]:
     return (chunk + 1, 0) if file >= CHUNKS_SIZE - 1 else (chunk, file + 1)
 
 
-def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict:
-    """Dataset stats from episode stats (see the module docstring)."""
+def aggregate_stats(stacked: dict[str, dict[str, np.ndarray]]) -> dict:
+    """Dataset stats from the episodes' stats, stacked (feature -> stat -> array with
+    episodes first, `ceres_lerobot.stack_stats`); see the module docstring."""
     out: dict[str, dict[str, np.ndarray]] = {}
-    for feature in per_episode[0]:
-        items = [s[feature] for s in per_episode]
-        counts = np.array([float(np.asarray(s["count"]).reshape(-1)[0]) for s in items])
+    for feature, items in stacked.items():
+        count = np.asarray(items["count"])
+        counts = count.reshape(len(count), -1)[:, 0].astype(np.float64)
         total = counts.sum()
-        weights = (counts / total).reshape((-1,) + (1,) * np.asarray(items[0]["mean"]).ndim)
-        means = np.stack([np.asarray(s["mean"], dtype=np.float64) for s in items])
-        stds = np.stack([np.asarray(s["std"], dtype=np.float64) for s in items])
+        means = np.asarray(items["mean"], dtype=np.float64)
+        weights = (counts / total).reshape((-1,) + (1,) * (means.ndim - 1))
+        stds = np.asarray(items["std"], dtype=np.float64)
         mean = (weights * means).sum(axis=0)
         var = (weights * (stds**2 + (means - mean) ** 2)).sum(axis=0)
         agg = {
-            "min": np.min(np.stack([np.asarray(s["min"]) for s in items]), axis=0),
-            "max": np.max(np.stack([np.asarray(s["max"]) for s in items]), axis=0),
+            "min": np.min(items["min"], axis=0),
+            "max": np.max(items["max"], axis=0),
             "mean": mean,
             "std": np.sqrt(var),
             "count": np.array([int(total)], dtype=np.int64),
         }
         for name in STAT_NAMES:
             if name.startswith("q"):
-                q = np.stack([np.asarray(s[name], dtype=np.float64) for s in items])
-                agg[name] = (weights * q).sum(axis=0)
+                agg[name] = (weights * np.asarray(items[name], dtype=np.float64)).sum(axis=0)
         out[feature] = agg
     return out
+
+
+def run_stats(firsts: np.ndarray, lengths: np.ndarray, step: int) -> dict[str, np.ndarray]:
+    """`column_stats` of every episode's run ``first + step * arange(length)`` at once
+    (``step`` 0: a constant, 1: consecutive integers), each stat (episodes, 1), bit for
+    bit what `column_stats` gives: the runs are integers, so every sum it takes is exact
+    in float64 whatever its order (lengths up to 2**20, values below 2**40)."""
+    first = np.asarray(firsts, dtype=np.int64)
+    n = np.asarray(lengths, dtype=np.int64)
+    if step not in (0, 1) or n.min(initial=1) < 1 or n.max(initial=1) > 2**20:
+        raise ValueError("run_stats: step 0 or 1, lengths 1 to 2**20")
+    last = first + step * (n - 1)
+    mean = (n * first + step * (n * (n - 1) // 2)).astype(np.float64) / n
+    # sum of squared deviations from the mean of 0..n-1: (n**3 - n) / 12, a multiple of 1/2
+    squares = ((n**3 - n) // 6).astype(np.float64) / 2 if step else np.zeros(len(n))
+    position = np.asarray(QUANTILES) * (n[:, None] - 1)
+    lower = np.floor(position).astype(np.int64)
+    upper = np.minimum(lower + 1, n[:, None] - 1)
+    t = position - lower
+    a = (first[:, None] + step * lower).astype(np.float64)
+    b = (first[:, None] + step * upper).astype(np.float64)
+    diff = b - a
+    qs = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+    out = {
+        "min": first.astype(np.float64)[:, None],
+        "max": last.astype(np.float64)[:, None],
+        "mean": mean[:, None],
+        "std": np.sqrt(squares / n)[:, None],
+        "count": n[:, None],
+    }
+    for i, q in enumerate(QUANTILES):
+        out[quantile_name(q)] = qs[:, i : i + 1]
+    return out
+
+
+class _StatsStack:
+    """Episodes' stats from their JSON, stacked a batch of episodes at a time (one numpy
+    conversion a feature and stat for the batch, not one an episode, and no more than a
+    batch of Python floats alive)."""
+
+    BATCH = 256
+
+    def __init__(self, features: list[str]) -> None:
+        self.features = features
+        self.pending: list[dict[str, Any]] = []
+        self.chunks: dict[str, dict[str, list[np.ndarray]]] = {
+            f: {name: [] for name in STAT_NAMES} for f in features
+        }
+
+    def add(self, stats: dict[str, Any]) -> None:
+        self.pending.append(stats)
+        if len(self.pending) >= self.BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            for feature in self.features:
+                for name in STAT_NAMES:
+                    rows = [s[feature][name] for s in self.pending]
+                    self.chunks[feature][name].append(np.array(rows))
+        self.pending = []
+
+    def stacked(self) -> dict[str, dict[str, np.ndarray]]:
+        self._flush()
+        return {
+            f: {name: np.concatenate(c) for name, c in by_name.items()}
+            for f, by_name in self.chunks.items()
+        }
 
 
 @dataclass
@@ -224,17 +292,19 @@ class _Writers:
                     current = self.video = _VideoFile(path, container, stream, params)
             start = current.frames
             tb = Fraction(ist.time_base or Fraction(1, self.fps))
+            scale, den = tb.numerator * self.fps, tb.denominator
             out_tb = Fraction(1, self.fps)
-            packets = inp.demux(ist) if current.container is not None else ()
-            for packet in packets:
-                if not packet.size:
-                    continue
-                packet.pts = _frames(packet.pts, tb, self.fps) + start
-                packet.dts = _frames(packet.dts, tb, self.fps) + start
-                packet.duration = 1
-                packet.time_base = out_tb
-                packet.stream = current.stream
-                current.container.mux(packet)
+            if current.container is not None:  # a linked file is not written
+                stream, mux = current.stream, current.container.mux
+                for packet in inp.demux(ist):
+                    if not packet.size:
+                        continue
+                    packet.pts = _frames(packet.pts, scale, den) + start
+                    packet.dts = _frames(packet.dts, scale, den) + start
+                    packet.duration = 1
+                    packet.time_base = out_tb
+                    packet.stream = stream
+                    mux(packet)
             current.frames += frames
             current.bytes += size
         return self.video_loc, start
@@ -254,30 +324,70 @@ class _Writers:
             self.video.container.close()
 
 
-def _frames(value: int | None, time_base: Fraction, fps: int) -> int:
-    """A timestamp of a shard's mp4 in frames (exact: shard frames sit at k / fps),
-    rounded half to even like ``round(Fraction)``, in integers (one call per packet)."""
-    floor, remainder = divmod((value or 0) * time_base.numerator * fps, time_base.denominator)
+def _frames(value: int | None, scale: int, den: int) -> int:
+    """A timestamp of a shard's mp4 in frames (exact: shard frames sit at k / fps):
+    ``value * scale / den`` (``scale``: time base numerator times fps, ``den``: its
+    denominator) rounded half to even like ``round(Fraction)``, in integers."""
+    floor, remainder = divmod((value or 0) * scale, den)
     twice = 2 * remainder
-    if twice < time_base.denominator or (twice == time_base.denominator and floor % 2 == 0):
+    if twice < den or (twice == den and floor % 2 == 0):
         return floor
     return floor + 1
 
 
-def _one(folder: Path, pattern: str) -> Path:
-    found = sorted(folder.glob(pattern))
+def _one(folder: Path, middle: str, suffix: str) -> Path:
+    """The one file ``folder/<middle>/*/*<suffix>`` (what a glob of that pattern finds:
+    hidden names left out), listed with two directory reads, not a glob."""
+    found = []
+    top = folder / middle
+    for sub in _entries(top):
+        if sub.name[0] != "." and sub.is_dir():
+            found += [Path(e.path) for e in _entries(Path(sub.path)) if e.name.endswith(suffix)]
     if len(found) != 1:
-        raise ValueError(f"shard {folder}: expected one {pattern}, found {len(found)}")
+        raise ValueError(f"shard {folder}: expected one {middle}/*/*{suffix}, found {len(found)}")
     return found[0]
 
 
+def _entries(folder: Path) -> list[os.DirEntry]:
+    """The entries of ``folder`` but hidden ones (none when it is not a folder)."""
+    try:
+        with os.scandir(folder) as entries:
+            return [e for e in entries if e.name[0] != "."]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _json_names(folder: Path) -> list[str]:
+    """Sorted ``*.json`` names in ``folder`` (none when it is missing; hidden left out)."""
+    return sorted(e.name for e in _entries(folder) if e.name.endswith(".json"))
+
+
 def _metadata(shard: Path) -> dict[str, Any]:
-    return json.loads((shard / METADATA_FILE).read_text())
+    return dict(json_loads((shard / METADATA_FILE).read_bytes()))
 
 
-def _read_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:
-    doc = json.loads(path.read_text())
-    return {f: {k: np.asarray(v) for k, v in stats.items()} for f, stats in doc.items()}
+class _Tasks:
+    """The merged task list and each shard's tasks, a shard's ``meta/tasks.parquet``
+    parsed once for each distinct content (episodes of one task share it)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.index: dict[str, int] = {}
+        self.parsed: dict[bytes, list[str]] = {}
+
+    def remap(self, path: Path) -> np.ndarray:
+        """Shard task index -> merged task index for the tasks file ``path``."""
+        raw = path.read_bytes()
+        local = self.parsed.get(raw)
+        if local is None:
+            # the pandas index ``task`` is the column ``task`` (pyarrow alone: no pandas)
+            table = pq.ParquetFile(pa.BufferReader(raw)).read(columns=["task"])
+            local = self.parsed[raw] = table["task"].to_pylist()
+        for text in local:
+            if text not in self.index:
+                self.index[text] = len(self.texts)
+                self.texts.append(text)
+        return np.array([self.index[t] for t in local], dtype=np.int64)
 
 
 def merge_shards(
@@ -297,7 +407,7 @@ def merge_shards(
     earlier merge chose another fps or camera shape).
     """
 
-    infos = [json.loads((s / INFO_FILE).read_text()) for s in shards]
+    infos = [json_loads((s / INFO_FILE).read_bytes()) for s in shards]
     if not shards:
         raise ValueError("no shards to merge")
     signatures = [_signature(i) for i in infos]
@@ -314,49 +424,52 @@ def merge_shards(
             excluded[name] = (
                 f"fps {sig[0]}, camera {sig[1]}; dataset: fps {fps}, camera {camera_shape}"
             )
+    if not included:
+        raise ValueError("no shard to merge")
     if reuse is not None:
-        earlier = json.loads((reuse.folder / INFO_FILE).read_text())
+        earlier = json_loads((reuse.folder / INFO_FILE).read_bytes())
         reuse = reuse if _signature(earlier) == chosen else None
     starts = set(breaks)
-    tasks: list[str] = []
+    tasks = _Tasks()
     writers = _Writers(out, fps)
     episode_rows: list[dict[str, Any]] = []
-    episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
+    features = list(included[0][2]["features"])
+    renumbered = [f for f in RENUMBERED if f in features]
+    stats = _StatsStack([f for f in features if f not in renumbered])
+    lengths: list[int] = []
+    first_task: list[int] = []
+    varying_tasks: dict[int, dict[str, np.ndarray]] = {}  # episodes of several tasks
     merged: list[dict[str, Any]] = []
+    copied_specs: set[str] = set()
     offset = 0
     try:
-        for new_index, (position, shard, info) in enumerate(included):
+        for new_index, (position, shard, _) in enumerate(included):
             linked = reuse is not None and position < reuse.shards
             if position in starts or (writers.linked_from is not None and not linked):
                 writers.new_files()
             writers.linked_from = reuse.folder if reuse is not None and linked else None
-            data_file = _one(shard, "data/*/*.parquet")
+            data_file = _one(shard, "data", ".parquet")
             # ParquetFile: one file, without read_table's dataset set-up (~1 ms a call)
             table = pq.ParquetFile(data_file).read(columns=["task_index"] if linked else None)
             n = table.num_rows
-            # the pandas index ``task`` is the column ``task`` (pyarrow alone: no pandas)
-            task_table = pq.ParquetFile(shard / TASKS_FILE).read(columns=["task"])
-            local_tasks = task_table["task"].to_pylist()
-            for text in local_tasks:
-                if text not in tasks:
-                    tasks.append(text)
-            remap = np.array([tasks.index(t) for t in local_tasks], dtype=np.int64)
-            new_cols = {
-                "episode_index": np.full(n, new_index, dtype=np.int64),
-                "index": offset + np.arange(n, dtype=np.int64),
-                "task_index": remap[table.column("task_index").to_numpy()],
-            }
-            for name, values in new_cols.items():
-                if not linked:
+            task_index = tasks.remap(shard / TASKS_FILE)[table.column("task_index").to_numpy()]
+            if not linked:
+                for name, values in (
+                    ("episode_index", np.full(n, new_index, dtype=np.int64)),
+                    ("index", offset + np.arange(n, dtype=np.int64)),
+                    ("task_index", task_index),
+                ):
                     index = table.schema.get_field_index(name)
                     table = table.set_column(index, name, pa.array(values))
             chunk, file = writers.write_data(table, data_file.stat().st_size)
-            stats = _read_stats(shard / STATS_FILE)
-            for name, values in new_cols.items():
-                stats[name] = column_stats(values)
+            stats.add(json_loads((shard / STATS_FILE).read_bytes()))
+            lengths.append(n)
+            first_task.append(int(task_index[0]) if n else 0)
+            if n and task_index.min() != task_index.max():
+                varying_tasks[new_index] = column_stats(task_index)
             row: dict[str, Any] = {
                 "episode_index": new_index,
-                "tasks": [tasks[i] for i in dict.fromkeys(new_cols["task_index"].tolist())],
+                "tasks": [tasks.texts[i] for i in dict.fromkeys(task_index.tolist())],
                 "length": n,
                 "data/chunk_index": chunk,
                 "data/file_index": file,
@@ -364,7 +477,7 @@ def merge_shards(
                 "dataset_to_index": offset + n,
             }
             if camera_shape is not None:
-                mp4 = _one(shard, f"videos/{CAMERA_KEY}/*/*.mp4")
+                mp4 = _one(shard, f"videos/{CAMERA_KEY}", ".mp4")
                 (vchunk, vfile), start = writers.append_video(mp4, n)
                 prefix = f"videos/{CAMERA_KEY}"
                 row.update(
@@ -378,7 +491,6 @@ def merge_shards(
             row["meta/episodes/chunk_index"] = 0
             row["meta/episodes/file_index"] = 0
             episode_rows.append(row)
-            episode_stats.append({k: stats[k] for k in info["features"]})
             offset += n
             metadata = _metadata(shard)
             shard_index = int(metadata["episode"]["index"])
@@ -387,11 +499,11 @@ def merge_shards(
                 link_or_copy(writers.linked_from / written, out / written)
             else:
                 write_json(out / written, metadata)
-            for spec in sorted((shard / TASK_SPEC_DIR).glob("*.json")):
-                target = out / TASK_SPEC_DIR / spec.name  # named by its SHA-256
-                if not target.exists():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(spec, target)
+            for spec in _json_names(shard / TASK_SPEC_DIR):
+                if spec not in copied_specs:  # named by its SHA-256
+                    (out / TASK_SPEC_DIR).mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(shard / TASK_SPEC_DIR / spec, out / TASK_SPEC_DIR / spec)
+                    copied_specs.add(spec)
             merged.append(
                 {
                     "episode_index": new_index,
@@ -403,24 +515,24 @@ def merge_shards(
             )
     finally:
         writers.close()
-    if not included:
-        raise ValueError("no shard to merge")
-    features = included[0][2]["features"]
+    episode_stats = _episode_stats(stats.stacked(), features, lengths, first_task, varying_tasks)
+    features_info = included[0][2]["features"]
     if camera_shape is not None:
         first_video = out / VIDEO_PATH.format(video_key=CAMERA_KEY, chunk_index=0, file_index=0)
-        features = {
-            **features,
-            CAMERA_KEY: {**features[CAMERA_KEY], "info": video_info(first_video)},
+        features_info = {
+            **features_info,
+            CAMERA_KEY: {**features_info[CAMERA_KEY], "info": video_info(first_video)},
         }
     episodes_path = out / EPISODES_PATH.format(chunk_index=0, file_index=0)
     episodes_path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(episodes_table(episode_rows, episode_stats), episodes_path, compression="snappy")
-    write_tasks(tasks, out / TASKS_FILE)
+    table = episodes_table_stacked(episode_rows, episode_stats)
+    pq.write_table(table, episodes_path, compression="snappy")
+    write_tasks(tasks.texts, out / TASKS_FILE)
     m = len(included)
-    info = info_json(features, fps, m, offset, len(tasks), f"0:{m}")
+    info = info_json(features_info, fps, m, offset, len(tasks.texts), f"0:{m}")
     info["splits"] = {split: f"0:{m}"}
     write_json(out / INFO_FILE, info)
-    dtypes = {k: v["dtype"] for k, v in features.items()}
+    dtypes = {k: v["dtype"] for k, v in features_info.items()}
     write_json(
         out / STATS_FILE, stats_to_json(aggregate_stats(episode_stats), dtypes), compact=True
     )
@@ -428,4 +540,28 @@ def merge_shards(
         out / MERGE_FILE, {"data_version": data_version, "episodes": merged, "excluded": excluded}
     )
     write_receipt(out)
-    return MergeResult(m, offset, len(tasks), excluded)
+    return MergeResult(m, offset, len(tasks.texts), excluded)
+
+
+def _episode_stats(
+    stacked: dict[str, dict[str, np.ndarray]],
+    features: list[str],
+    lengths: list[int],
+    first_task: list[int],
+    varying_tasks: dict[int, dict[str, np.ndarray]],
+) -> dict[str, dict[str, np.ndarray]]:
+    """Every episode's stats, stacked, in ``features`` order: the shards' own, and those
+    of the renumbered columns (``episode_index``, ``index``, ``task_index``) as
+    `column_stats` gives them for the merged values."""
+    n = np.asarray(lengths, dtype=np.int64)
+    episodes = np.arange(len(n), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
+    runs = {
+        "episode_index": run_stats(episodes, n, 0),
+        "index": run_stats(starts, n, 1),
+        "task_index": run_stats(np.asarray(first_task, dtype=np.int64), n, 0),
+    }
+    for episode, own in varying_tasks.items():
+        for name, values in own.items():
+            runs["task_index"][name][episode] = values
+    return {f: runs[f] if f in runs else stacked[f] for f in features}

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ego_assets.fileio import file_sha256
+from ego_assets.fileio import file_sha256, json_bytes
 
 MANIFEST_FILE = "release.json"
 MANIFEST_FORMAT = "ego-assets-release"
@@ -66,7 +66,7 @@ def file_records(
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
     """How ``release.json`` is written: indented, sorted keys, a final newline."""
-    return (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+    return json_bytes(manifest, indent=1, sort_keys=True) + b"\n"
 
 
 def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

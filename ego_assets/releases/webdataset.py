@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ego_assets.fileio import link_or_copy
+from ego_assets.fileio import json_bytes, link_or_copy
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_webdataset import (
     DEFAULT_SHARD_BYTES,
@@ -183,5 +183,5 @@ def pack_webdataset(
         "episodes": entries,
     }
     target.mkdir(parents=True, exist_ok=True)
-    (target / INDEX_FILE).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+    (target / INDEX_FILE).write_bytes(json_bytes(index, indent=1, sort_keys=True) + b"\n")
     return index

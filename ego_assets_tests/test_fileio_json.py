@@ -1,0 +1,109 @@
+"""`fileio.json_bytes`: the bytes ``json.dumps(indent=...)`` writes, for every document."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import pytest
+
+from ego_assets.fileio import json_bytes, json_loads
+
+
+class Text(str):
+    pass
+
+
+class Number(int):
+    pass
+
+
+@dataclass
+class Point:
+    x: int
+
+
+def _floats(rng: random.Random, n: int) -> list[float]:
+    """Floats of every magnitude: random bit patterns, powers of ten and their neighbours."""
+    out = [struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(n)]
+    for k in range(-330, 310):
+        v = 10.0**k if -324 < k < 309 else 5e-324
+        out += [v, -v, math.nextafter(v, 0.0), math.nextafter(v, math.inf)]
+    out += [0.0, -0.0, 1e-4, 9.9e-5, 1e-5, 1e16, 9999999999999998.0, 123456.789, 0.1]
+    return out
+
+
+DOCS = [
+    {"a": [], "b": {}, "c": [1, {}, []], "d": None, "e": True, "f": False},
+    {"text": "é ü 中 \U0001f600", "del": "\x7f", "ctl": "\x00\x01\x1f\n\t\r\b\f", "q": '"\\/'},
+    {"nan": float("nan")},
+    {"inf": [float("inf"), float("-inf")], "null": None},
+    {"null": None, "tuple": (1, 2)},
+    {"big": 2**70, "neg": -(2**63), "max": 2**64 - 1},
+    {1: "int key", "2": "str key"},
+    {"sub": Text("x"), "n": Number(3)},
+    {"b": 1, "a": {"d": 2, "c": [3, {"f": 4, "e": 5}]}, "é": 1, "z": 2, "A": 3},
+    OrderedDict([("z", 1), ("a", 2)]),
+    {"tricky": 'a": 0.00001', "key: 1e5": 1, "s": "\n  1e5"},
+    [[[[[[[[[[[[1]]]]]]]]]]]],
+    "top",
+    12,
+    1e-7,
+    [],
+    {},
+]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=range(len(DOCS)))
+@pytest.mark.parametrize("indent", [1, 2, 4])
+@pytest.mark.parametrize("sort_keys", [False, True])
+def test_json_bytes_is_what_json_dumps_writes(doc, indent, sort_keys):
+    try:
+        want = json.dumps(doc, indent=indent, sort_keys=sort_keys).encode()
+    except TypeError:
+        with pytest.raises(TypeError):
+            json_bytes(doc, indent=indent, sort_keys=sort_keys)
+        return
+    assert json_bytes(doc, indent=indent, sort_keys=sort_keys) == want
+
+
+def test_json_bytes_floats_of_every_magnitude():
+    rng = random.Random(7)
+    floats = _floats(rng, 20_000)
+    for indent in (1, 2):
+        assert json_bytes(floats, indent=indent) == json.dumps(floats, indent=indent).encode()
+        for x in floats[:3000] + floats[-2600:]:
+            doc = {"v": x, "w": [x]}
+            assert json_bytes(doc, indent=indent) == json.dumps(doc, indent=indent).encode()
+
+
+def test_json_bytes_deep_and_dataclass():
+    deep: list = []
+    for _ in range(200):
+        deep = [deep]
+    assert json_bytes(deep, indent=1) == json.dumps(deep, indent=1).encode()
+    with pytest.raises(TypeError):
+        json_bytes({"p": Point(1)})
+    with pytest.raises(ValueError):
+        json_bytes({}, indent=0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, 2.5, -0.0, 1e-07, 1e+16], "b": "\\u00e9"}',
+        "[NaN, Infinity, -Infinity]",
+        '{"big": 123456789012345678901234567890}',
+        '"\\ud800"',
+        '{"a": 1, "a": 2}',
+    ],
+)
+def test_json_loads_reads_what_json_reads(text):
+    want, got = json.loads(text), json_loads(text.encode())
+    assert json.dumps(got) == json.dumps(want)
+    with pytest.raises(ValueError):
+        json_loads(b"{not json")
