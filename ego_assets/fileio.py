@@ -112,6 +112,7 @@ def remove_temporaries(path: Path) -> list[Path]:
 # document to json itself. A number printed with an exponent or four leading zeros
 # (after ``": "`` or an indentation, so inside a string it only costs a fallback):
 _ORJSON_DIFFERS = re.compile(rb"(?:: |\n *|^)-?(?:0\.0000|[0-9.]+[eE])")
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
 _ORJSON_OPTIONS = (
     orjson.OPT_INDENT_2
     | orjson.OPT_PASSTHROUGH_SUBCLASS
@@ -162,7 +163,10 @@ def _reindent(out: bytes, indent: int) -> bytes | None:
 
 def json_loads(raw: bytes | str) -> Any:
     """``json.loads(raw)``, parsed by orjson (several times faster); what orjson refuses
-    and json reads (NaN, infinities, integers past 64 bits, lone surrogates) goes to json."""
+    and json reads (NaN, infinities, lone surrogates) goes to json, and so does a text
+    with 19 digits in a row (orjson reads an integer past 64 bits as a float)."""
+    if _LONG_DIGITS.search(raw.encode() if isinstance(raw, str) else raw) is not None:
+        return json.loads(raw)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -26,6 +26,7 @@ export never leaves a folder that a reader would take as finished.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import io
 import json
@@ -348,13 +349,35 @@ class ShardWriter:
 
     def write_sample(self, data: bytes) -> None:
         """Append one sample given as its tar bytes (`tar_sample`)."""
-        if self._raw is not None and self._samples and self._size + len(data) > self.shard_bytes:
-            self._close_shard()
-        if self._raw is None:
-            self._open_shard()
-        self.last_sample = (self._name, self._size)
-        self._append(data)
-        self._samples += 1
+        self.write_samples(data, [0, len(data)])
+
+    def write_samples(self, data: bytes, bounds: Sequence[int]) -> list[tuple[str, int]]:
+        """Append the samples ``data[bounds[i]:bounds[i + 1]]`` (tar bytes, in order), as
+        many at once as fit in the open shard (one write, one hash update a run);
+        return each one's (shard, byte offset)."""
+        placed: list[tuple[str, int]] = []
+        view = memoryview(data)
+        last = len(bounds) - 1
+        i = 0
+        while i < last:
+            if (
+                self._raw is not None
+                and self._samples
+                and self._size + bounds[i + 1] - bounds[i] > self.shard_bytes
+            ):
+                self._close_shard()
+            if self._raw is None:
+                self._open_shard()
+            # samples i..end-1 fit: bounds[end] - bounds[i] <= room (the first one always)
+            fit = bisect.bisect_right(bounds, bounds[i] + self.shard_bytes - self._size) - 1
+            end = max(i + 1, min(fit, last))
+            placed += [(self._name, self._size + b - bounds[i]) for b in bounds[i:end]]
+            self._append(view[bounds[i] : bounds[end]])
+            self._samples += end - i
+            i = end
+        if placed:
+            self.last_sample = placed[-1]
+        return placed
 
     def close(self) -> list[ShardInfo]:
         """Finish the open shard; return every shard written."""
@@ -362,7 +385,7 @@ class ShardWriter:
             self._close_shard()
         return list(self.shards)
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, data: bytes | memoryview) -> None:
         assert self._raw is not None
         self._raw.write(data)
         self._sha.update(data)

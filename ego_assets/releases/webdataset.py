@@ -22,6 +22,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ego_assets.fileio import json_bytes, link_or_copy
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_webdataset import (
@@ -36,6 +38,7 @@ from ego_assets.releases.select import ReleaseEpisode
 FOLDER = "webdataset"
 INDEX_FILE = "index.json"
 ZERO_BLOCK = bytes(512)  # a tar archive ends with two
+_EXTENSIONS = frozenset(e.encode() for e in C.EXTENSIONS)
 EXPORT_NAME = "egosmith_shards"
 
 
@@ -58,10 +61,11 @@ def _checked_header(header: bytes, where: str) -> tuple[str, int]:
     return name, int(header[124:136].split(b"\0")[0].strip() or b"0", 8)
 
 
-def _episode_samples(folder: Path, key: str) -> Iterator[bytes]:
-    """Each sample of one EgoSmith episode folder as its tar bytes, in order: the
-    members' headers and padded data exactly as the export wrote them (headers checked,
-    nothing decoded or re-encoded)."""
+def _episode_tars(folder: Path, key: str) -> Iterator[tuple[bytes, list[int]]]:
+    """Each tar file of one EgoSmith episode folder, in order, as (its bytes, the byte
+    offsets where its samples start, then where the last one ends): the members'
+    headers and padded data exactly as the export wrote them, every header checked
+    (nothing decoded or re-encoded)."""
     index = folder / EPISODE_FILE
     if not index.is_file():
         raise PackError(f"capture {key}: {index}: no episode.json (export not finished)")
@@ -69,21 +73,60 @@ def _episode_samples(folder: Path, key: str) -> Iterator[bytes]:
     for shard in summary.shards:
         path = folder / shard["name"]
         data = path.read_bytes()
-        where = f"capture {key}: {path}"
-        start = pos = 0
-        sample = ""
-        while pos + 512 <= len(data) and data[pos : pos + 512] != ZERO_BLOCK:
-            name, size = _checked_header(data[pos : pos + 512], where)
-            stem = name.partition(".")[0]
-            if stem != sample and pos > start:
-                yield data[start:pos]
-                start = pos
+        yield data, _sample_bounds(data, f"capture {key}: {path}")
+
+
+def _sample_bounds(data: bytes, where: str) -> list[int]:
+    """Where the samples of the tar bytes ``data`` start, and where the last one ends.
+
+    The walk reads each header's name, type and size; the checksums of all headers are
+    summed at once (numpy). The first header that fails any check is then checked again
+    by `_checked_header`, which raises what it finds (PackError naming ``where``).
+    """
+    bounds: list[int] = []
+    headers: list[int] = []
+    stored: list[int] = []
+    sample = b""
+    pos, end = 0, len(data)
+    failed = False
+    while pos + 512 <= end and data[pos : pos + 512] != ZERO_BLOCK:
+        headers.append(pos)
+        try:
+            stored.append(int(data[pos + 148 : pos + 156].split(b"\0")[0].strip() or b"0", 8))
+            name = data[pos : pos + 100].split(b"\0")[0]
+            stem, _, ext = name.partition(b".")
+            size = int(data[pos + 124 : pos + 136].split(b"\0")[0].strip() or b"0", 8)
+        except ValueError:
+            failed = True
+            break
+        if (
+            data[pos + 156 : pos + 157] not in (b"0", b"\0")
+            or b"/" in name
+            or not stem
+            or ext not in _EXTENSIONS
+        ):
+            failed = True
+            break
+        if stem != sample:
+            bounds.append(pos)
             sample = stem
-            pos += 512 + size + (-size % 512)
-        if pos > len(data):
-            raise PackError(f"{where}: truncated (a member runs past the end)")
-        if pos > start:
-            yield data[start:pos]
+        pos += 512 + size + (-size % 512)
+    wrong = np.zeros(0, dtype=np.intp)
+    if stored:
+        blocks = np.frombuffer(data, dtype=np.uint8)[
+            np.asarray(headers[: len(stored)])[:, None] + np.arange(512)
+        ]
+        sums = blocks.sum(axis=1, dtype=np.int64) - blocks[:, 148:156].sum(axis=1, dtype=np.int64)
+        wrong = np.flatnonzero(sums + 8 * 32 != np.asarray(stored))
+    if len(wrong) or failed:
+        first = headers[int(wrong[0])] if len(wrong) else headers[-1]
+        _checked_header(data[first : first + 512], where)
+        raise PackError(f"{where}: bad tar header at byte {first}")  # _checked_header raised
+    if pos > end:
+        raise PackError(f"{where}: truncated (a member runs past the end)")
+    if bounds:
+        bounds.append(pos)
+    return bounds
 
 
 def _pack_part(
@@ -100,11 +143,11 @@ def _pack_part(
         source = Path(root) / episode.exports[EXPORT_NAME]["path"]
         first: tuple[str, int] | None = None
         count = 0
-        for sample in _episode_samples(source, episode.capture_key):
-            writer.write_sample(sample)
-            offsets.setdefault(writer.last_sample[0], []).append(writer.last_sample[1])
-            first = first or writer.last_sample
-            count += 1
+        for data, bounds in _episode_tars(source, episode.capture_key):
+            for shard, offset in writer.write_samples(data, bounds):
+                offsets.setdefault(shard, []).append(offset)
+                first = first or (shard, offset)
+                count += 1
         entries.append(
             {
                 "capture_key": episode.capture_key,
