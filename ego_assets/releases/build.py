@@ -16,6 +16,7 @@ selection) and checks every file against the manifest's SHA-256.
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,18 +104,34 @@ def _pack_version(
     ``plan.previous`` (digests of linked files are taken from it)."""
     spec = head["spec"]
     splits = list(spec["split"]["fractions"])
+    wanted = spec["release"]["formats"]
+    # the formats write folders of their own: packed side by side (their C work, file I/O
+    # and hashing run outside the GIL), the first error in format order raised
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="release-pack") as pool:
+        jobs = {}
+        if "webdataset" in wanted:
+            shard_bytes = head["packing"]["webdataset_shard_bytes"]
+            jobs["webdataset"] = pool.submit(
+                pack_webdataset, root, episodes, splits, tmp, shard_bytes, plan
+            )
+        if "robomimic" in wanted:
+            jobs["robomimic"] = pool.submit(pack_robomimic, root, episodes, splits, tmp, plan)
+        if "lerobot" in wanted:
+            jobs["lerobot"] = pool.submit(
+                pack_lerobot, root, episodes, splits, tmp, head["inputs_sha256"], plan
+            )
+        done = {fmt: job.result() for fmt, job in jobs.items()}
     formats: dict[str, Any] = {}
     hashed: dict[str, tuple[int, str]] = {}  # files hashed while packed: not read again
-    if "webdataset" in spec["release"]["formats"]:
-        shard_bytes = head["packing"]["webdataset_shard_bytes"]
-        index = pack_webdataset(root, episodes, splits, tmp, shard_bytes, plan)
+    if "webdataset" in done:
+        index = done["webdataset"]
         formats["webdataset"] = {"index": "webdataset/index.json", **index["splits"]}
         for shard in index["shards"]:
             hashed[f"{WEBDATASET_FOLDER}/{shard['path']}"] = (shard["bytes"], shard["sha256"])
-    if "robomimic" in spec["release"]["formats"]:
-        formats["robomimic"] = pack_robomimic(root, episodes, splits, tmp, plan)
-    if "lerobot" in spec["release"]["formats"]:
-        formats["lerobot"] = pack_lerobot(root, episodes, splits, tmp, head["inputs_sha256"], plan)
+    if "robomimic" in done:
+        formats["robomimic"] = done["robomimic"]
+    if "lerobot" in done:
+        formats["lerobot"] = done["lerobot"]
         hashed.update(receipt_digests(tmp, formats["lerobot"]))
     manifest = {**head, "formats": formats}
     (tmp / CARD_FILE).write_text(dataset_card(manifest), encoding="utf-8")

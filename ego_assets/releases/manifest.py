@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ def file_records(
     recorded = {r["path"]: r for r in records}
     hashed = hashed or {}
     out = []
+    unread: list[tuple[dict[str, Any], Path]] = []
     for p in files:
         path = p.relative_to(folder).as_posix()
         stat = p.stat()
@@ -58,9 +60,15 @@ def file_records(
                 out.append(dict(record))
                 continue
         size, digest = hashed.get(path, (-1, ""))
-        if size != stat.st_size:
-            digest = file_sha256(p)
         out.append({"path": path, "bytes": stat.st_size, "sha256": digest})
+        if size != stat.st_size:
+            unread.append((out[-1], p))
+    # hashing releases the GIL: two files at a time
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="release-hash") as pool:
+        for entry, digest in zip(
+            (e for e, _ in unread), pool.map(file_sha256, (p for _, p in unread)), strict=True
+        ):
+            entry["sha256"] = digest
     return out
 
 
