@@ -4,7 +4,9 @@
   raw copy is kept as it is). The capture's files land below ``raw/<key>/capture/``,
   the platform's manifest beside them (`ego_assets.capture.manifest`).
 * `normalize`: raw copy -> canonical trajectory, skipped when the stored trajectory
-  was made from the same raw content by the same normalizer version.
+  was made from the same raw content by the same normalizer version and is stored in
+  the current store layout (`ego_assets.trajectory.store.STORE_LAYOUT`; an older one is
+  written again, with the same data version).
 * `assess_quality`: trajectory -> quality report, timeline PNG, the episode's Rerun
   recording (``episode.rrd``, with the raw video) and the export gate
   (export policy + waivers, Great Expectations results), skipped likewise when nothing
@@ -31,11 +33,21 @@ from ego_assets.quality.report import REPORT_VERSION
 from ego_assets.quality.thresholds import default_thresholds
 from ego_assets.quality.waivers import read_waivers, waivers_digest, waivers_for
 from ego_assets.storage import QUARANTINE_DIR, Storage, write_file
-from ego_assets.trajectory.store import CAPTURE_JSON, read_trajectory, write_trajectory_files
+from ego_assets.trajectory.store import (
+    CAPTURE_JSON,
+    STORE_LAYOUT,
+    read_trajectory,
+    write_trajectory_files,
+)
 from ego_assets.viewer import RECORDING_FILE, VIEWER_VERSION
 
 # 2: media_frames declare camera_axes; 3: the raw copy's capture files below capture/
 NORMALIZER_VERSION = "normalize-3"
+# The trajectory asset's code version: what it makes (the normalizer) and how it stores it.
+# The data version (`trajectory_version`, the releases' trajectory digest) names only the
+# normalizer and the raw content, so a new store layout rewrites the stored bytes but
+# leaves the trajectory, and everything downstream of it, current.
+TRAJECTORY_CODE_VERSION = f"{NORMALIZER_VERSION}+store-{STORE_LAYOUT}"
 LINEAGE_FILE = "lineage.json"
 TIMELINE_FILE = "timeline.png"
 
@@ -90,10 +102,8 @@ def normalize(storage: Storage, key: str) -> StepResult:
     manifest = RawManifest.from_json((raw / MANIFEST_FILE).read_text())
     version = trajectory_version(manifest.content_sha256)
     lineage_path = storage.stage_path("trajectory", key) / LINEAGE_FILE
-    if (
-        lineage_path.exists()
-        and json.loads(lineage_path.read_text()).get("data_version") == version
-    ):
+    stored = json.loads(lineage_path.read_text()) if lineage_path.exists() else {}
+    if stored.get("data_version") == version and stored.get("store_layout", 1) == STORE_LAYOUT:
         header = json.loads((storage.stage_path("trajectory", key) / CAPTURE_JSON).read_text())
         return StepResult(key, version, True, _trajectory_figures(header))
     from ego_assets.capture import read_capture  # the readers: only when one reads
@@ -102,7 +112,11 @@ def normalize(storage: Storage, key: str) -> StepResult:
         trajectory = read_capture(key, capture_dir)
     with storage.write_dir("trajectory", key, index_file=LINEAGE_FILE) as stage:
         write_trajectory_files(trajectory, stage)
-        lineage = {"data_version": version, "raw_content_sha256": manifest.content_sha256}
+        lineage = {
+            "data_version": version,
+            "raw_content_sha256": manifest.content_sha256,
+            "store_layout": STORE_LAYOUT,
+        }
         (stage / LINEAGE_FILE).write_text(json.dumps(lineage, sort_keys=True) + "\n")
         header = json.loads((stage / CAPTURE_JSON).read_text())
     return StepResult(key, version, False, _trajectory_figures(header))

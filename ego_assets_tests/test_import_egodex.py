@@ -9,6 +9,8 @@ from pathlib import Path
 import av
 import h5py
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from scipy.spatial.transform import Rotation
 
@@ -268,3 +270,44 @@ def test_catalog_episodes_carry_the_source_dataset(tmp_path):
         {"capture_key": "direct", "source_dataset": None},
         {"capture_key": "egodex-train.add_remove_lid.0", "source_dataset": "egodex"},
     ]
+
+
+def test_stored_trajectory_of_an_older_layout_is_written_again_with_the_same_data_version(
+    tmp_path, monkeypatch
+):
+    """An imported episode's trajectory in store layout 2 (hands as list columns); one in
+    layout 1 (a column per component, lineage without ``store_layout``) is written again by
+    `normalize` under the same data version (the releases' trajectory digest), same values."""
+    from ego_assets import pipeline
+    from ego_assets.trajectory import store
+
+    src, data = tmp_path / "src", tmp_path / "data"
+    write_egodex_episode(src / TASK, 0, frames=40)
+    key = _import(src, data).landed[0]
+    storage = Storage(data)
+    pipeline.ingest_raw(storage, key)
+    folder = storage.stage_path("trajectory", key)
+    first = pipeline.normalize(storage, key)
+    assert not first.reused
+    hand = folder / "streams" / "hand_left_world.parquet"
+    assert pq.read_schema(hand).field("position").type == pa.list_(pa.float64(), 81)
+    new = store.read_trajectory(folder)
+    assert pipeline.normalize(storage, key).reused
+
+    monkeypatch.setattr(store, "LIST_MAX_ROWS", -1)  # every stream a column per component
+    store.write_trajectory(new, folder)
+    (folder / pipeline.LINEAGE_FILE).write_text(
+        json.dumps({"data_version": first.data_version, "raw_content_sha256": "x"})
+    )
+    assert "position.0.0" in pq.read_schema(hand).names
+    monkeypatch.undo()
+    again = pipeline.normalize(storage, key)
+    assert (again.reused, again.data_version) == (False, first.data_version)
+    assert pq.read_schema(hand).field("position").type == pa.list_(pa.float64(), 81)
+    lineage = json.loads((folder / pipeline.LINEAGE_FILE).read_text())
+    assert lineage["store_layout"] == store.STORE_LAYOUT == 2
+    back = store.read_trajectory(folder)
+    for a, b in zip(new.streams, back.streams, strict=True):
+        assert a.name == b.name
+        for name, values in a.fields.items():
+            np.testing.assert_array_equal(values, b.fields[name])

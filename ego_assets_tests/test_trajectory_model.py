@@ -1,10 +1,14 @@
 import json
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ego_assets.trajectory import store
 from ego_assets.trajectory.model import TrajectoryHeader
 from ego_assets.trajectory.store import (
     read_header,
@@ -182,3 +186,53 @@ def test_stream_table_coder_round_trips(n, joints, data):
     np.testing.assert_array_equal(back.fields["position"], stream.fields["position"])
     np.testing.assert_array_equal(back.fields["hand_valid"], stream.fields["hand_valid"])
     np.testing.assert_array_equal(back.flags, stream.flags)
+
+
+LAYOUT1 = Path(__file__).parent / "data" / "trajectory-layout1"  # written by the store before
+# layout 2 (commit 7eed8da): every shaped field one column per component, no "layout" key
+
+
+def _assert_same_streams(a, b):
+    by_name = {s.name: s for s in b.streams}
+    assert sorted(by_name) == sorted(s.name for s in a.streams)
+    for sa in a.streams:
+        sb = by_name[sa.name]
+        assert (sa.kind, dict(sa.attrs)) == (sb.kind, dict(sb.attrs))
+        np.testing.assert_array_equal(sa.timestamp_ns, sb.timestamp_ns)
+        np.testing.assert_array_equal(sa.time, sb.time)
+        np.testing.assert_array_equal(sa.flags, sb.flags)
+        assert sorted(sa.fields) == sorted(sb.fields)
+        for name, values in sa.fields.items():
+            assert values.dtype == sb.fields[name].dtype
+            np.testing.assert_array_equal(values, sb.fields[name])
+
+
+def test_short_streams_store_a_shaped_field_as_one_list_column(tmp_path):
+    write_trajectory(full_trajectory(), tmp_path / "ep")
+    schema = pq.read_schema(tmp_path / "ep" / "streams" / "hand_right_world.parquet")
+    assert schema.metadata[b"layout"] == b"2"
+    assert schema.field("position").type == pa.list_(pa.float64(), 27 * 3)
+    assert schema.field("joint_valid").type == pa.list_(pa.bool_(), 27)
+    assert "position.0.0" not in schema.names
+    frames = pq.read_schema(tmp_path / "ep" / "streams" / "camera_left_frames.parquet")
+    assert frames.field("world_to_camera").type == pa.list_(pa.float64(), 16)
+    _assert_same_streams(read_trajectory(tmp_path / "ep"), full_trajectory())
+
+
+def test_long_streams_store_one_column_per_component(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "LIST_MAX_ROWS", 4)  # device_pose has 6 rows, the frames 3
+    write_trajectory(full_trajectory(), tmp_path / "ep")
+    pose = pq.read_schema(tmp_path / "ep" / "streams" / "device_pose.parquet")
+    assert pose.metadata[b"layout"] == b"2"
+    assert "position.2" in pose.names and "position" not in pose.names
+    frames = pq.read_schema(tmp_path / "ep" / "streams" / "camera_left_frames.parquet")
+    assert frames.field("world_to_camera").type == pa.list_(pa.float64(), 16)
+    _assert_same_streams(read_trajectory(tmp_path / "ep"), full_trajectory())
+
+
+def test_stores_of_layout_1_read_as_they_were_written():
+    schema = pq.read_schema(LAYOUT1 / "streams" / "hand_right_world.parquet")
+    assert b"layout" not in schema.metadata and "position.26.2" in schema.names
+    old = read_trajectory(LAYOUT1)
+    _assert_same_streams(old, full_trajectory())
+    assert old.header_to_dict() == full_trajectory().header_to_dict()

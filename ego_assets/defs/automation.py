@@ -3,7 +3,7 @@
 Convention (every per-capture asset, exporters included):
 
 * ``code_version`` comes from one constant in the module that implements the step
-  (``raw-1`` in ingest, `ego_assets.pipeline.NORMALIZER_VERSION`, the quality report +
+  (``raw-1`` in ingest, `ego_assets.pipeline.TRAJECTORY_CODE_VERSION`, the quality report +
   thresholds version; an exporter uses ``f"{EXPORTER}-{FORMAT_SPEC_VERSION}"`` from its
   own module). Bump it exactly when the step's output for unchanged input changes.
 * data versions are content hashes (raw manifest SHA-256 -> ``normalize-N:<sha>`` ->

@@ -61,7 +61,7 @@ def build_trajectory(cs: CaptureSet) -> dg.AssetsDefinition:
         pipeline.normalize,
         deps=[cs.key("raw_capture")],
         kinds={"python", "parquet"},
-        code_version=pipeline.NORMALIZER_VERSION,
+        code_version=pipeline.TRAJECTORY_CODE_VERSION,
         op_tags=TRAJECTORY_TAGS,
         description=(
             "Canonical trajectory: one Parquet file per stream, each on its own clock, "
