@@ -41,11 +41,15 @@ __all__ = [
     "asset_partitions_run_request",
     "dynamic_partitions_after",
     "dynamic_partitions_mark",
+    "execute_run_here",
     "insert_dynamic_partitions_postgres",
     "instance_at",
+    "instance_ref_modules",
     "launch_asset_backfill",
     "launcher_instance",
+    "load_repository_of_origin",
     "postgres_run_storage_connection",
+    "serialized_instance_ref",
 ]
 
 # (private name, the parameters or attributes the platform relies on, which function here
@@ -86,6 +90,11 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "asset_partitions_run_request",
     ),
     ("dagster._core.instance.ref.InstanceRef.from_dir", ("base_dir",), "instance_at"),
+    (
+        "dagster._core.instance.ref.InstanceRef",
+        ("run_storage_data", "event_storage_data", "schedule_storage_data"),
+        "instance_ref_modules",
+    ),
     ("dagster._core.launcher.CheckRunHealthResult", ("status", "msg"), "(re-export)"),
     ("dagster._core.launcher.WorkerStatus", ("RUNNING", "FAILED", "UNKNOWN"), "(re-export)"),
     ("dagster._core.storage.tags.PARTITION_NAME_TAG", (), "(re-export)"),
@@ -126,6 +135,17 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "dagster._core.instance.types.MayHaveInstanceWeakref._instance",
         (),
         "launcher_instance",
+    ),
+    (
+        "dagster._cli.api._execute_run_command_body",
+        ("run_id", "instance", "write_stream_fn", "set_exit_code_on_failure"),
+        "execute_run_here",
+    ),
+    ("dagster._utils.interrupts.capture_interrupts", (), "execute_run_here"),
+    (
+        "dagster._utils.hosted_user_process.recon_repository_from_origin",
+        ("origin",),
+        "load_repository_of_origin",
     ),
     (
         "dagster._core.execution.context.compute.OpExecutionContext._step_execution_context",
@@ -291,3 +311,46 @@ def add_partition_metadata(
 def launcher_instance(launcher: Any) -> dg.DagsterInstance:
     """The instance a run launcher (or any instance-bound Dagster object) belongs to."""
     return launcher._instance
+
+
+def serialized_instance_ref(instance: dg.DagsterInstance) -> str:
+    """``instance``'s reference as text (what a run worker opens the instance from)."""
+    return dg.serialize_value(instance.get_ref())
+
+
+def load_repository_of_origin(serialized_origin: str) -> dg.RepositoryDefinition:
+    """Load, in this process, the repository a serialized ``RepositoryPythonOrigin`` (a
+    run's ``job_code_origin.repository_origin``) points at: its module imported and its
+    definitions built as a run worker of that origin would."""
+    from dagster._utils.hosted_user_process import recon_repository_from_origin
+
+    return recon_repository_from_origin(dg.deserialize_value(serialized_origin)).get_definition()  # type: ignore[arg-type]
+
+
+def instance_ref_modules(serialized_ref: str) -> list[str]:
+    """The modules of every configurable class (storages, launcher, coordinator, compute
+    logs) a serialized instance reference names: what opening the instance imports."""
+    ref = dg.deserialize_value(serialized_ref, InstanceRef)
+    modules = []
+    for value in ref:
+        module = getattr(value, "module_name", None)
+        if isinstance(module, str):
+            modules.append(module)
+    return modules
+
+
+def execute_run_here(serialized_ref: str, run_id: str) -> int:
+    """Execute run ``run_id`` in this process as ``dagster api execute_run`` does (the
+    command `DefaultRunLauncher`'s and `K8sRunLauncher`'s run workers run): the instance
+    opened from ``serialized_ref``, the job reconstructed from the run's own origin, its
+    RUN_START and every event written by this process, SIGINT turned into an interrupt
+    that ends the run (cancelled when the run is CANCELING). Returns 0 (as the command
+    without ``set_exit_code_on_failure``)."""
+    from dagster._cli.api import _execute_run_command_body
+    from dagster._utils.interrupts import capture_interrupts
+
+    ref = dg.deserialize_value(serialized_ref, InstanceRef)
+    with capture_interrupts(), dg.DagsterInstance.from_ref(ref) as instance:
+        return _execute_run_command_body(
+            run_id, instance, lambda _event: None, set_exit_code_on_failure=False
+        )

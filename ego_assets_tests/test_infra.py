@@ -95,11 +95,13 @@ def test_instance_opens_on_a_fresh_postgres_database_with_the_single_writer_pool
             assert type(instance.run_storage).__name__ == "PostgresRunStorage"
             assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
             assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+            assert instance.run_coordinator.dequeue_interval_seconds == 1  # type: ignore[attr-defined]
             queue = instance.get_concurrency_config().run_queue_config
             assert queue is not None and queue.max_concurrent_runs == 8
             assert instance.run_retries_enabled and instance.run_monitoring_enabled
-            # crashed runs (dead worker: the launcher's health check) are retried once
-            assert type(instance.run_launcher).__name__ == "LocalRunLauncher"
+            # runs forked warm; crashed runs (dead worker: the launcher's health check)
+            # are retried once
+            assert type(instance.run_launcher).__name__ == "WarmRunLauncher"
             assert instance.run_launcher.supports_check_run_worker_health
             assert instance.run_retries_max_retries == 1
             assert not instance.run_retries_retry_on_asset_or_op_failure
@@ -152,6 +154,7 @@ def test_compose_file_wires_postgres_s3_code_server_webserver_and_daemon() -> No
         assert services[name]["depends_on"]["catalog"]["condition"] == "service_healthy"
     # run monitoring finds dead run workers (the code server's children) by process id
     assert services["daemon"]["pid"] == "service:code"
+    assert services["webserver"]["pid"] == "service:code"  # terminates warm runs by pid
     assert "single_writer 1" in " ".join(services["init"]["command"])
     # Published ports are bound to loopback only.
     for name in ("webserver", "s3"):

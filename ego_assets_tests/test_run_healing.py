@@ -177,7 +177,8 @@ def test_the_local_instance_config_turns_on_run_monitoring_and_one_retry(tmp_pat
     home = ensure_local_instance(tmp_path / "home")
     assert (home / "dagster.yaml").read_text() == LOCAL_INSTANCE_YAML
     with instance_at(str(home)) as instance:
-        assert type(instance.run_launcher).__name__ == "LocalRunLauncher"
+        assert type(instance.run_launcher).__name__ == "WarmRunLauncher"
+        assert instance.run_coordinator.dequeue_interval_seconds == 1  # type: ignore[attr-defined]
         assert (
             instance.run_monitoring_enabled
             and instance.run_launcher.supports_check_run_worker_health

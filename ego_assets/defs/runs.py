@@ -38,6 +38,8 @@ import psutil
 from ego_assets.dagster_compat import CheckRunHealthResult, WorkerStatus, launcher_instance
 
 WORKER_DIED_TAG = "ego/worker_died"  # on a run `heal_dead_runs` failed: the dead pid
+# "<pid>@<epoch s>" of a run's worker forked by `ego_assets.defs.warm.WarmRunLauncher`
+WARM_WORKER_TAG = "ego/warm_worker"
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_NAME_TAG = "dagster/sensor_name"
 UNFINISHED = [
@@ -51,9 +53,14 @@ NO_WORKER_GRACE_S = 120.0
 LOCAL_INSTANCE_YAML = """\
 # The local Dagster instance of `make demo` and `make dev` (SQLite in this folder).
 # Written by ego_assets.defs.runs when the folder had no dagster.yaml; edit freely.
-run_launcher:  # the default launcher, plus a health check run monitoring can use
-  module: ego_assets.defs.runs
-  class: LocalRunLauncher
+run_coordinator:  # runs wait in a queue the daemon looks at every second
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+run_launcher:  # runs forked from a warm parent (ego_assets.defs.warm), with a health check
+  module: ego_assets.defs.warm
+  class: WarmRunLauncher
 run_monitoring:  # a run whose worker process died is marked failed...
   enabled: true
   start_timeout_seconds: 300
@@ -79,14 +86,27 @@ def ensure_local_instance(home: Path) -> Path:
     return home
 
 
-def worker(instance: dg.DagsterInstance, run_id: str) -> tuple[int, float] | None:
+def warm_worker(tags: Mapping[str, str]) -> tuple[int, float] | None:
+    """(process id, epoch s of its fork) of a run's warm worker from its tags; None when
+    no warm parent forked it (`WARM_WORKER_TAG`)."""
+    found = tags.get(WARM_WORKER_TAG)
+    if not found:
+        return None
+    pid, _, at = found.partition("@")
+    return int(pid), float(at)
+
+
+def worker(
+    instance: dg.DagsterInstance, run_id: str, tags: Mapping[str, str] | None = None
+) -> tuple[int, float] | None:
     """(process id, epoch s) of the run's worker: the process that wrote its RUN_START
-    event (one indexed query); None before the run started."""
+    event (one indexed query), else the warm worker its ``tags`` name (forked, not yet
+    started); None before either."""
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_START):
         event = entry.dagster_event
         if event is not None and event.pid is not None:
             return event.pid, entry.timestamp
-    return None
+    return warm_worker(tags or {})
 
 
 def process_alive(pid: int, since: float) -> bool:
@@ -103,7 +123,7 @@ def process_alive(pid: int, since: float) -> bool:
 def worker_died(instance: dg.DagsterInstance, run: dg.DagsterRun, now: float) -> int | None:
     """The dead worker's process id (0: none ever recorded and the run is old) if the
     unfinished ``run``'s worker is gone; None while it may still be running."""
-    found = worker(instance, run.run_id)
+    found = worker(instance, run.run_id, run.tags)
     if found is None:
         record = instance.get_run_record_by_id(run.run_id)
         created = record.create_timestamp.timestamp() if record else now
