@@ -10,7 +10,7 @@ everything they need from the orchestrator is here:
   run by the backfill daemon), `where` (a capture's set, assets and job);
 * runs by tag: `latest_run`, `runs_updated_since`, `run_failure` (`RunInfo`: id, status,
   tags, creation and update times in epoch seconds);
-* partition status: `has_capture`, `capture_page`;
+* partition status: `has_capture`, `capture_page`, `has_materialization`;
 * `instance_lock`: a lock held across hosts that share a Postgres instance;
 * where an export lives in Dagster (`ExportTarget`, `export_target`) and the run tags the
   exporters write (`EXPORT_TAG`, `PROGRESS_TAG`, `PHASE_TAG`, `PARTITION_TAG`).
@@ -59,6 +59,7 @@ __all__ = [
     "export_target",
     "exporter_code_versions",
     "has_capture",
+    "has_materialization",
     "instance_from_env",
     "instance_lock",
     "latest_run",
@@ -193,6 +194,14 @@ def run_failure(instance: dg.DagsterInstance, run_id: str) -> str:
 # -- partition status -------------------------------------------------------------------
 
 
+def has_materialization(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> bool:
+    """Whether partition ``partition`` of asset ``key`` was ever materialized (one query)."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+    ).records
+    return bool(records)
+
+
 def has_capture(instance: dg.DagsterInstance, capture_id: str, sets: int | None = None) -> bool:
     """Whether the capture is registered: a partition of its set among ``sets`` capture
     sets (default ``EGO_CAPTURE_SETS``). Raises `CaptureKeyError` for an id that breaks the
@@ -265,12 +274,16 @@ class GraphQLLauncher:
             timeout=60,
         )
 
-    def launch(self, target: ExportTarget, run_config: dict[str, Any]) -> str:
-        """Submit ``target``'s export job for its partition; returns the run id."""
+    def launch(
+        self, target: ExportTarget, run_config: dict[str, Any], upstream: bool = True
+    ) -> str:
+        """Submit ``target``'s export job for its partition (without ``upstream``: the
+        exporter asset alone); returns the run id."""
         return self._client.submit_job_execution(
             target.job_name,
             run_config=run_config,
             tags={PARTITION_TAG: target.partition_key, EXPORT_TAG: target.format},
+            asset_selection=None if upstream else [target.asset_key],
         )
 
 

@@ -134,7 +134,7 @@ class _Launcher:
     def __init__(self, launches: list[str]) -> None:
         self.launches = launches
 
-    def launch(self, target: Any, run_config: dict[str, Any]) -> str:
+    def launch(self, target: Any, run_config: dict[str, Any], upstream: bool = True) -> str:
         self.launches.append(target.capture_id)
         return f"run-{len(self.launches)}"
 

@@ -188,7 +188,9 @@ class _SlowLauncher:
     def __init__(self, home: str) -> None:
         self.home = home
 
-    def launch(self, target: ExportTarget, run_config: dict[str, Any]) -> str:
+    def launch(
+        self, target: ExportTarget, run_config: dict[str, Any], upstream: bool = True
+    ) -> str:
         time.sleep(0.5)
         instance = dg.DagsterInstance.from_config(self.home)
         return _add_run(instance, target)

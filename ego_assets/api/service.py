@@ -52,6 +52,7 @@ from ego_assets.dagster_client import (
     RunInfo,
     capture_page,
     has_capture,
+    has_materialization,
     instance_lock,
     latest_run,
     run_failure,
@@ -71,7 +72,11 @@ MAX_MEMORY_DIGESTS = 4096
 class Launcher(Protocol):
     """Starts an export run: returns its run id."""
 
-    def launch(self, target: ExportTarget, run_config: dict[str, Any]) -> str: ...
+    def launch(
+        self, target: ExportTarget, run_config: dict[str, Any], upstream: bool = True
+    ) -> str:
+        """``upstream`` False: the exporter asset alone (its inputs are current)."""
+        ...
 
 
 def _unreachable(exc: BaseException) -> BaseException | None:
@@ -345,8 +350,9 @@ class ExportService:
             if self.launcher is None:
                 raise RuntimeError("this export service cannot launch runs (no launcher)")
             config = {**options, "force": force}
+            upstream = not self._inputs_current(target)
             try:
-                run_id = self.launcher.launch(target, target.run_config(config))
+                run_id = self.launcher.launch(target, target.run_config(config), upstream)
             except Exception as exc:
                 cause = _unreachable(exc)
                 if cause is None:
@@ -356,6 +362,20 @@ class ExportService:
             queued = ExportState(target.capture_id, target.format, "queued", run_id=run_id)
             queued.phase, queued.artifact = WAITING_PHASE, artifact
             return True, queued
+
+    def _inputs_current(self, target: ExportTarget) -> bool:
+        """Whether the export's inputs need no step of the run: the capture's stored gate
+        was made from the raw copy, code and waivers there are now (so were the trajectory
+        it judged) and Dagster recorded it (its quality_report partition). Then the run
+        is the exporter alone; otherwise the raw copy, trajectory and quality steps run
+        first (reusing what is current)."""
+        key = target.partition_key
+        gate = stored_gate(self.storage, key)
+        if gate is None:
+            return False
+        if gate.data_version != expected_gate_version(self.storage, key, self._quality_code):
+            return False
+        return has_materialization(self.instance, target.gate_key, key)
 
     def blocked_formats(
         self, key: str, gate: Gate | Literal["read"] | None = "read"

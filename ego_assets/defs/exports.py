@@ -5,8 +5,10 @@ the capture -> (asset, partition) mapping, and the exporters' progress as run ta
   (raw copy, trajectory, quality report), and run their steps in the run worker's
   process (unless ``EGO_EXECUTOR`` names an executor): one capture's export pays no
   process per step. Those steps reuse their stored results when the
-  capture is unchanged (content hashes), so a run costs little more than the export
-  itself; after an edited capture they bring the trajectory and gate up to date first.
+  capture is unchanged (content hashes); after an edited capture they bring the
+  trajectory and gate up to date first. When the API finds the capture's gate current
+  (made from the raw copy and code there are now, and recorded in Dagster) it launches
+  the job with the exporter asset alone, and the run does the export only.
   Runs carry ``ego/export=<format>`` and the partition tag, which is how the API finds
   them again: it stores nothing of its own.
 * `export_target` is the one place that says which asset and partition an export of a
@@ -40,6 +42,7 @@ PROGRESS_TAG = "ego/progress"
 PHASE_TAG = "ego/phase"
 PARTITION_TAG = "dagster/partition"
 PROGRESS_INTERVAL_S = 0.5
+GATE_ASSET = "quality_report"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,7 @@ class ExportTarget:
     asset_key: dg.AssetKey
     partition_key: str
     job_name: str
+    gate_key: dg.AssetKey  # the capture set's quality_report (the gate the export reads)
 
     def run_config(self, config: dict[str, Any]) -> dict[str, Any]:
         """The run config giving the exporter step ``config`` (its options and ``force``).
@@ -80,6 +84,7 @@ def export_target(capture_id: str, export_format: str, sets: int | None = None) 
         asset_key=where.capture_set.key(export_format),
         partition_key=where.partition_key,
         job_name=where.capture_set.job_name(export_job_name(export_format)),
+        gate_key=where.capture_set.key(GATE_ASSET),
     )
 
 
