@@ -4,10 +4,10 @@ A run killed with its process (SIGKILL, OOM, a closed laptop lid's power loss) s
 ``STARTED`` in the instance forever unless something notices. Two things do:
 
 * **the daemon** (``make dev``, deployments): run monitoring asks the run launcher about
-  every started run. Production's `K8sRunLauncher` answers from the pod; the local
-  instance uses `LocalRunLauncher` (`LOCAL_INSTANCE_YAML`, written into the local
-  ``DAGSTER_HOME`` by ``make demo``/``make dev`` when it has no ``dagster.yaml``), which
-  answers from the run worker's process id. A dead worker's run is marked failed, and
+  every started run. Production's `K8sRunLauncher` answers from the pod; one box and the
+  local instance use `ego_assets.defs.warm.WarmRunLauncher` (`LOCAL_INSTANCE_YAML`,
+  written into the local ``DAGSTER_HOME`` by ``make demo``/``make dev`` when it has no
+  ``dagster.yaml``), a `LocalRunLauncher`, which answers from the run worker's process id. A dead worker's run is marked failed, and
   run retries (``max_retries: 1``, crashes only, never failures in our code) launch it
   again, from the failed step on. The launcher tags such a run `WORKER_DIED_TAG` too.
 * **the demo**, which runs captures in its own process with no daemon: at its start
@@ -16,7 +16,8 @@ A run killed with its process (SIGKILL, OOM, a closed laptop lid's power loss) s
   request through again (the landing sensor's run key would otherwise skip it for good).
 
 A worker is the process that wrote the run's RUN_START event (Dagster records each
-event's process id). It is alive when a process with that id exists, is not a zombie and
+event's process id), or before that the warm child the launcher tagged
+(`WARM_WORKER_TAG`). It is alive when a process with that id exists, is not a zombie and
 was created before the run started (a later one is another process reusing the id). This
 holds where the daemon sees the run workers' processes: one host (the local instance, a
 laptop on PostgreSQL), or docker compose, whose daemon shares the code server's process
