@@ -7,9 +7,10 @@ A run killed with its process (SIGKILL, OOM, a closed laptop lid's power loss) s
   every started run. Production's `K8sRunLauncher` answers from the pod; one box and the
   local instance use `ego_assets.defs.warm.WarmRunLauncher` (`LOCAL_INSTANCE_YAML`,
   written into the local ``DAGSTER_HOME`` by ``make demo``/``make dev`` when it has no
-  ``dagster.yaml``), a `LocalRunLauncher`, which answers from the run worker's process id. A dead worker's run is marked failed, and
-  run retries (``max_retries: 1``, crashes only, never failures in our code) launch it
-  again, from the failed step on. The launcher tags such a run `WORKER_DIED_TAG` too.
+  ``dagster.yaml``), a `LocalRunLauncher`, which answers from the run worker's process
+  id. A dead worker's run is marked failed, and run retries (``max_retries: 1``, crashes
+  only, never failures in our code) launch it again, from the failed step on. The
+  launcher tags such a run `WORKER_DIED_TAG` too.
 * **the demo**, which runs captures in its own process with no daemon: at its start
   `heal_dead_runs` marks failed every unfinished run of its own sensor whose worker is
   gone and tags it `WORKER_DIED_TAG`; `rerun_after_death` then lets the capture's run
