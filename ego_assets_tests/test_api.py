@@ -254,6 +254,12 @@ def test_tokens_organizations_and_ids_are_checked(api: Api) -> None:
     assert TOKEN not in log and OTHER_TOKEN not in log
 
 
+def _steps(api: Api, run_id: str) -> set[str]:
+    """The steps run ``run_id`` executed."""
+    entries = api.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
+    return {entry.step_key for entry in entries if entry.step_key}
+
+
 def test_hdf5_export_queued_followed_ready_reused_and_forced(api: Api) -> None:
     path = api.export(GOOD)
     status, body = api.call("GET", path)
@@ -287,6 +293,8 @@ def test_hdf5_export_queued_followed_ready_reused_and_forced(api: Api) -> None:
     messages = [entry.message for entry in api.instance.all_logs(run.run_id)]
     assert any(m.startswith("Executing steps in process") for m in messages)
     assert not any(m.startswith("Launching subprocess") for m in messages)
+    # the capture was judged outside Dagster: the run records its inputs first
+    assert _steps(api, run.run_id) == {"raw_capture", "trajectory", "quality_report", "holos_hdf5"}
 
     artifact = seen[-1]["artifact"]
     receipt = read_receipt(api.storage, "holos_hdf5", GOOD)
@@ -314,6 +322,8 @@ def test_hdf5_export_queued_followed_ready_reused_and_forced(api: Api) -> None:
     assert final["status"] == "ready" and final["artifact"]["current"] is True, final
     assert final["artifact"]["resolvedAt"] > receipt.exported_at
     assert len(api.export_runs(GOOD)) == 2
+    # its inputs are current and recorded: the run is the exporter alone
+    assert _steps(api, final["runId"]) == {"holos_hdf5"}
 
     # the run's step logs were uploaded to S3 by the compute log manager and read back
     manager = api.instance.compute_log_manager
@@ -370,6 +380,13 @@ def test_edited_transcript_makes_the_export_stale_and_the_next_ask_fresh(api: Ap
     assert final["status"] == "ready" and final["artifact"]["current"] is True
     after = read_receipt(api.storage, "holos_hdf5", GOOD)
     assert after is not None and after.input_data_version != before.input_data_version
+    # a new raw copy: the run brought trajectory and gate up to date before exporting
+    assert _steps(api, final["runId"]) == {
+        "raw_capture",
+        "trajectory",
+        "quality_report",
+        "holos_hdf5",
+    }
     data = _get(final["artifact"]["downloadUrl"])
     assert _sha256(data) == after.sha256
     with h5py.File(io.BytesIO(data)) as f:
