@@ -51,13 +51,30 @@ def write_jsonl(path: Path, records: Sequence[Any]) -> None:
     path.write_text("".join(lines), encoding="utf-8", newline="")
 
 
+def portable_floats(arr: np.ndarray) -> np.ndarray:
+    """``arr`` with float64 values rounded to float32 precision (dtype kept).
+
+    Binary files hold every bit, and numpy's float64 ``sin``/``cos`` give different last
+    bits on different CPUs (its AVX-512 SIMD paths against libm's elsewhere), so a
+    synthesized ``.npz`` would differ from machine to machine; rounded, the bytes are the
+    same everywhere (a value would have to sit within one float64 ulp of a float32
+    rounding boundary to differ), and 2**-24 relative is far below any estimator's noise.
+    """
+    if arr.dtype != np.float64:
+        return arr
+    return arr.astype(np.float32).astype(np.float64)
+
+
 def write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write an uncompressed ``.npz`` with fixed zip timestamps (``np.savez`` stamps now)."""
+    """Write an uncompressed ``.npz`` with fixed zip timestamps (``np.savez`` stamps now)
+    and portable floats (`portable_floats`), so the same seed gives the same bytes on any
+    machine."""
     _ensure_parent(path)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         for name, arr in arrays.items():
             buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+            data = np.ascontiguousarray(portable_floats(arr))
+            np.lib.format.write_array(buf, data, allow_pickle=False)
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
             info.external_attr = 0o644 << 16
             zf.writestr(info, buf.getvalue())
