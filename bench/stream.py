@@ -19,17 +19,20 @@ a fresh interpreter, ``--load-repeats`` times alternating (medians reported). Pe
 kind, the library loop's real-time factor: seconds of capture per CPU second of this
 process (all threads, and children it waited for) over all its assets.
 
-Then the export API on the same deployment: ``dagster-webserver`` and ``ego-assets
-serve`` start, one more capture (``--seconds``, Holos iPhone) is ingested, normalized and
-judged in the data folder by the library, and each export is asked for in turn through
-the API (``POST /captures/<key>/export-<format>``), polled until ``ready``; beside it the
-library loop's time for the same export of the same capture.
+Then the export API on the same deployment: one more capture (``--seconds``, Holos iPhone)
+lands and the sensor's run takes it through every step and export, as every capture is
+taken; ``dagster-webserver`` and ``ego-assets serve`` start, and each export is asked for
+again in turn through the API (``POST /captures/<key>/export-<format>`` with ``force``,
+what a user gets when an export is not there or not current: a run of the exporter alone,
+its inputs current), polled until ``ready``; beside it the library loop's time for the
+same export of the same capture.
 
 Per capture run, from its events: queue (enqueued -> starting), code-location load (starting
 -> the run worker's RUN_START: process start and import), run start (RUN_START -> first
 step) and steps (first step -> run end). Writes
 ``{"burst_overhead_ratio": burst wall / library loop over the burst,
-"single_latency_ratio": marker -> last export of the lone capture / its library time,
+"single_latency_ratio": (marker -> last export of the lone capture - one sensor interval)
+/ its library time (target 2),
 "api_ready_ratio": worst over the formats of (POST -> ready - one refresher tick) / that
 export's library time (target 2), "code_location_load_s": ..., ...}``.
 """
@@ -254,22 +257,14 @@ def _land(staged: Path, landing: Path, key: str) -> None:
 
 
 def _api_exports(
-    instance: Any, env: dict[str, str], tmp: Path, staged: Path, key: str
+    instance: Any, env: dict[str, str], tmp: Path, key: str
 ) -> dict[str, dict[str, float]]:
-    """Each export of ``key`` asked through the export API in turn (``dagster-webserver``
-    and ``ego-assets serve`` on this deployment), ``key`` ingested, normalized and judged
-    first by the library; per format: POST -> ``ready`` seconds and its run's split."""
+    """Each export of ``key`` (landed and exported by the sensor's run) asked again through
+    the export API (``dagster-webserver`` and ``ego-assets serve`` on this deployment,
+    ``force``) in turn; per format: POST -> ``ready`` seconds and its run's split."""
     from bench.api import _post, start_api
-    from ego_assets import pipeline
-    from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
-    from ego_assets.storage import Storage
     from ego_assets_tests.processes import free_port, start, stop, wait_http_ok, webserver_args
 
-    storage = Storage(env["EGO_DATA_DIR"], landing=str(staged))  # not the sensor's landing
-    pipeline.ingest_raw(storage, key)
-    pipeline.normalize(storage, key)
-    pipeline.assess_quality(storage, key)
-    instance.add_dynamic_partitions(CAPTURES_PARTITIONS_NAME, [key])
     web_port = free_port()
     web_url = f"http://127.0.0.1:{web_port}"
     services = [start("dagster-webserver", webserver_args(web_port), env, tmp)]
@@ -281,7 +276,7 @@ def _api_exports(
         for fmt in registry.formats():
             path = f"/captures/{key}/{fmt.route}"
             asked = time.monotonic()
-            status, body = _post(url, path, {})
+            status, body = _post(url, path, {"force": True})
             if status != 202:
                 raise RuntimeError(f"POST {path}: {status} {body}")
             state = _settled(url, path)
@@ -368,9 +363,13 @@ def _daemon_path(
                 failed.append(lone)
             single_s = _last_export(instance, lone) - marker
             splits[lone] = _split(instance, lone_run.run_id)
+            _land(staged, landing, api_key)
+            _wait("the API capture's run", lambda: bool(_finished_runs(instance, [api_key])))
+            if _finished_runs(instance, [api_key])[api_key].status != dg.DagsterRunStatus.SUCCESS:
+                failed.append(api_key)
             if failed:
                 raise RuntimeError(f"capture runs failed: {failed} (log: {home / 'daemon.log'})")
-            api = _api_exports(instance, env, home, staged, api_key)
+            api = _api_exports(instance, env, home, api_key)
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
         try:
@@ -449,7 +448,7 @@ def run(captures: int, seconds: float, interval: int, load_repeats: int = 5) -> 
         "single_latency_s": round(path["single_s"], 3),
         "run_split_median": per_run,
         "burst_overhead_ratio": round(path["burst_s"] / library_burst, 3),
-        "single_latency_ratio": round(path["single_s"] / wall[lone], 3),
+        "single_latency_ratio": round((path["single_s"] - interval) / wall[lone], 3),
         "refresher_tick_s": TICK_S,
         "api_exports": api,
         "api_ready_ratio": max(row["ratio"] for row in api.values()),
