@@ -289,6 +289,8 @@ def run(
                 "EGO_DATA_DIR": str(data),
                 "EGO_SENSOR_INTERVAL_S": "3600",
                 "EGO_EXECUTOR": "in_process",
+                # every ask a run, inline exports off: the window measures GETs beside runs
+                "EGO_API_INLINE_MAX_S": "0",
             }
             with contextlib.ExitStack() as stack:
                 for name, value in env.items():

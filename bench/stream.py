@@ -23,8 +23,10 @@ Then the export API on the same deployment: one more capture (``--seconds``, Hol
 lands and the sensor's run takes it through every step and export, as every capture is
 taken; ``dagster-webserver`` and ``ego-assets serve`` start, and each export is asked for
 again in turn through the API (``POST /captures/<key>/export-<format>`` with ``force``,
-what a user gets when an export is not there or not current: a run of the exporter alone,
-its inputs current), polled until ``ready``; beside it the library loop's time for the
+what a user gets when an export is not there or not current: the API writes it inside
+the POST, its inputs being current and the capture short (``inline`` 1; with
+``EGO_API_INLINE_MAX_S=0`` in the environment, a run of the exporter alone, polled until
+``ready``, ``inline`` 0 and the run's split); beside it the library loop's time for the
 same export of the same capture.
 
 Per capture run, from its events: queue (enqueued -> starting), code-location load (starting
@@ -277,14 +279,16 @@ def _api_exports(
             path = f"/captures/{key}/{fmt.route}"
             asked = time.monotonic()
             status, body = _post(url, path, {"force": True})
-            if status != 202:
+            if status not in (200, 202):
                 raise RuntimeError(f"POST {path}: {status} {body}")
-            state = _settled(url, path)
+            state = body if status == 200 else _settled(url, path)  # 200: written inline
             ready_s = time.monotonic() - asked
             if state["status"] != "ready":
                 raise RuntimeError(f"{path}: {state}")
-            split = _split(instance, body["runId"])
-            out[fmt.name] = {"ready_s": ready_s, **{k: v for k, v in split.items() if k != "end"}}
+            out[fmt.name] = {"ready_s": ready_s, "inline": float(status == 200)}
+            if status == 202:
+                split = _split(instance, body["runId"])
+                out[fmt.name].update({k: v for k, v in split.items() if k != "end"})
         return out
     finally:
         stop(services)

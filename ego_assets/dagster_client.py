@@ -11,6 +11,8 @@ everything they need from the orchestrator is here:
 * runs by tag: `latest_run`, `runs_updated_since`, `run_failure` (`RunInfo`: id, status,
   tags, creation and update times in epoch seconds);
 * partition status: `has_capture`, `capture_page`, `has_materialization`;
+* `report_export`: record in Dagster an export written outside a run (the export API's
+  inline exports), as the exporter asset's step would have;
 * `instance_lock`: a lock held across hosts that share a Postgres instance;
 * where an export lives in Dagster (`ExportTarget`, `export_target`) and the run tags the
   exporters write (`EXPORT_TAG`, `PROGRESS_TAG`, `PHASE_TAG`, `PARTITION_TAG`).
@@ -64,6 +66,7 @@ __all__ = [
     "instance_lock",
     "latest_run",
     "migrate",
+    "report_export",
     "run_demo",
     "run_failure",
     "runs_updated_since",
@@ -200,6 +203,25 @@ def has_materialization(instance: dg.DagsterInstance, key: dg.AssetKey, partitio
         dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
     ).records
     return bool(records)
+
+
+def report_export(
+    instance: dg.DagsterInstance,
+    target: ExportTarget,
+    exporter: Any,
+    storage: Any,
+    result: Any,
+    by: str,
+) -> None:
+    """Record ``target``'s export, written outside a run by ``by`` (``exporter``'s
+    `StepResult` ``result`` over ``storage``), as a materialization of its asset's
+    partition with the step's metadata, data version and code version (no run)."""
+    from ego_assets.defs.export_assets import export_materialization
+
+    event = export_materialization(
+        target.asset_key, exporter, storage, target.partition_key, result, by
+    )
+    instance.report_runless_asset_event(event)
 
 
 def has_capture(instance: dg.DagsterInstance, capture_id: str, sets: int | None = None) -> bool:

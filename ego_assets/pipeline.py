@@ -217,6 +217,15 @@ def _gate_figures(gate: Gate) -> dict[str, float | int | str]:
     }
 
 
+def stored_duration_s(storage: Storage, key: str) -> float | None:
+    """The stored trajectory's duration of ``key`` in seconds (one object read), or None
+    before its trajectory step ran."""
+    path = storage.stage_path("trajectory", key) / CAPTURE_JSON
+    if not path.exists():
+        return None
+    return float(json.loads(path.read_text())["duration_s"])
+
+
 def stored_gate(storage: Storage, key: str) -> Gate | None:
     """The stored gate of ``key`` (one object read), or None before its quality step ran."""
     path = storage.stage_path("quality", key) / GATE_FILE

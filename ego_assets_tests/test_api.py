@@ -5,7 +5,8 @@ One deployment serves every test of this module (started once: the processes imp
 the code location, ~a minute on 2 shared cores). Its captures are ingested, normalized
 and judged by the library before the tests (the landing zone stays empty, so the
 landing sensor never starts a capture_job): every export the tests see was asked for
-through the API and made by an ``export_<format>`` run that the daemon dequeued.
+through the API and made by an ``export_<format>`` run that the daemon dequeued (the
+inline exports of short captures are off here: `test_api_inline.py` covers them).
 
 The tests run in file order and build on each other where the story does (ask, follow,
 reuse, force, edited capture -> stale -> fresh).
@@ -179,6 +180,7 @@ def api(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Iterat
             "EGO_LANDING_DIR": landing,
             "EGO_SENSOR_INTERVAL_S": "3600",
             "EGO_API_LINK_SECRET": "test-link-secret",
+            "EGO_API_INLINE_MAX_S": "0",  # every export a run (test_api_inline: the other path)
         }
         services = []
         instance = None

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import logging.handlers
+import math
 import os
 import queue
 import secrets
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -39,6 +40,8 @@ from ego_assets.api.snapshot import SYNC_S, ServedStates, SnapshotStore
 # Set by `ego-assets serve` for its worker processes (`app_from_env`).
 STATE_DIR_ENV = "EGO_API_STATE_DIR"
 DAGSTER_URL_ENV = "EGO_DAGSTER_URL"
+INLINE_MAX_ENV = "EGO_API_INLINE_MAX_S"
+DEFAULT_INLINE_MAX_S = 60.0  # a 60 s capture's export: about 1 s on a quiet core
 # Mirror syncs between two hand-overs of the asked-about exports to the refresher.
 WATCH_EVERY = 10
 
@@ -111,6 +114,7 @@ def serve_from_env(
     from ego_assets.api.config import load_config
 
     config = load_config(config_path)  # fail here, before any process starts
+    inline_max_s(os.environ)  # the same for the workers' setting
     own_state = not os.environ.get(STATE_DIR_ENV)
     state_dir = os.environ.get(STATE_DIR_ENV) or tempfile.mkdtemp(prefix="ego-api-state-")
     os.environ[STATE_DIR_ENV] = state_dir
@@ -200,8 +204,25 @@ def service_from_env(dagster_url: str | None) -> ExportService:
         storage=storage,
         launcher=GraphQLLauncher(dagster_url) if dagster_url else None,
         code_versions=exporter_code_versions(),
+        inline_max_s=inline_max_s(os.environ),
     )
     return service
+
+
+def inline_max_s(environ: Mapping[str, str]) -> float:
+    """``EGO_API_INLINE_MAX_S``: captures up to this many seconds long are exported inside
+    the POST when their inputs are current (`ExportService.inline_max_s`); default
+    `DEFAULT_INLINE_MAX_S`, 0 turns it off. Raises ValueError naming the variable."""
+    text = environ.get(INLINE_MAX_ENV, "").strip()
+    if not text:
+        return DEFAULT_INLINE_MAX_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{INLINE_MAX_ENV}={text!r}: expected seconds, 0 or more")
+    return value
 
 
 def app_from_env() -> FastAPI:

@@ -24,6 +24,15 @@ status         when
                an export (the gate blocks the episode: ``error`` holds its reasons)
 =============  ==============================================================
 
+An export whose inputs are current, of a capture no longer than ``inline_max_s``, is
+written by the asking process itself, inside the POST (`ExportService.inline_max_s`,
+``EGO_API_INLINE_MAX_S``): the exporter's library call, then the materialization its
+asset's step would record, reported to Dagster without a run (tag ``ego/exported_by``).
+A run's fixed cost (queue, worker, events: 1.3-2.4 s on a quiet box) is many times a
+short capture's export (0.1-0.2 s), so the answer is ``ready`` at once, with no run id.
+One such export at a time per process; anything else (a longer capture, decoded HDF5
+frames, inputs to recompute, a failure writing or reporting it) is a run.
+
 `read` reads one state (one run row and two or three small objects). The serving
 processes do not call it per GET: the refresher process does, and writes snapshots the
 servers answer from (`ego_assets.api.snapshot`); a POST reads afresh under the export's
@@ -55,10 +64,17 @@ from ego_assets.dagster_client import (
     has_materialization,
     instance_lock,
     latest_run,
+    report_export,
     run_failure,
 )
 from ego_assets.exports import registry
-from ego_assets.pipeline import expected_gate_version, quality_version, stored_gate
+from ego_assets.exports.run import run_export
+from ego_assets.pipeline import (
+    expected_gate_version,
+    quality_version,
+    stored_duration_s,
+    stored_gate,
+)
 from ego_assets.quality.gate import ExportBlockedError, Gate, require_gate
 from ego_assets.storage import Storage
 
@@ -67,6 +83,7 @@ log = logging.getLogger(__name__)
 WAITING_PHASE = "waiting for a worker"
 PREPARING_PHASE = "preparing"
 MAX_MEMORY_DIGESTS = 4096
+INLINE_EXPORTER = "export-api"  # `report_export`'s ``by``: the materialization's tag
 
 
 class Launcher(Protocol):
@@ -185,6 +202,10 @@ class ExportService:
     launcher: Launcher | None
     code_versions: Mapping[str, str]
     ask_lock: AskLock | None = None
+    # captures up to this long (s, the stored trajectory's duration) are exported inside
+    # the POST when their inputs are current; 0: every export is a run
+    inline_max_s: float = 0.0
+    _inline_slot: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(1))
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
     _errors: dict[str, str] = field(default_factory=dict)
@@ -253,6 +274,8 @@ class ExportService:
             state.phase = run.tags.get(PHASE_TAG, PREPARING_PHASE)
             return state
         written_since = receipt is not None and _epoch(receipt.exported_at) >= run.created
+        if exported is not None and _epoch(exported.exported_at) > run.updated:
+            state.run_id = None  # written after that run ended (inline): no run made it
         if run.failed and not written_since:
             state.status = "failed"
             state.error = self._run_error(run)
@@ -351,6 +374,10 @@ class ExportService:
                 raise RuntimeError("this export service cannot launch runs (no launcher)")
             config = {**options, "force": force}
             upstream = not self._inputs_current(target)
+            if not upstream:
+                written = self._export_inline(target, config)
+                if written is not None:
+                    return False, written
             try:
                 run_id = self.launcher.launch(target, target.run_config(config), upstream)
             except Exception as exc:
@@ -362,6 +389,36 @@ class ExportService:
             queued = ExportState(target.capture_id, target.format, "queued", run_id=run_id)
             queued.phase, queued.artifact = WAITING_PHASE, artifact
             return True, queued
+
+    def _export_inline(self, target: ExportTarget, config: dict[str, Any]) -> ExportState | None:
+        """Write the export in this process and report it to Dagster (see the module
+        docstring); its state, or None when a run must do it (not short enough, decoded
+        frames asked for, another inline export under way here, or this one failed: the
+        run then fails with its logs in Dagster)."""
+        key = target.partition_key
+        if self.inline_max_s <= 0 or config.get("decode_frames"):
+            return None
+        duration = stored_duration_s(self.storage, key)
+        if duration is None or duration > self.inline_max_s:
+            return None
+        if not self._inline_slot.acquire(blocking=False):
+            return None
+        try:
+            exporter_class = registry.by_name(target.format).exporter_class()
+            defaults = {option.name: option.default for option in exporter_class.OPTIONS}
+            exporter = exporter_class.from_options({**defaults, **config})
+            try:
+                result = run_export(self.storage, key, exporter, force=bool(config["force"]))
+                report_export(
+                    self.instance, target, exporter, self.storage, result, INLINE_EXPORTER
+                )
+            except Exception as exc:  # the run records it (the same error, with its logs)
+                log.warning("export %s/%s inline: %s; launching a run", target.format, key, exc)
+                return None
+        finally:
+            self._inline_slot.release()
+        log.info("export %s/%s: written inline (%.1f s capture)", target.format, key, duration)
+        return self.read(target)
 
     def _inputs_current(self, target: ExportTarget) -> bool:
         """Whether the export's inputs need no step of the run: the capture's stored gate

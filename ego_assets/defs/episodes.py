@@ -298,12 +298,27 @@ def _record_good_captures(
     the module docstring), tagged with its content hash and the asset's code version."""
     code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
     for key, result in results.items():
-        tags = {DATA_VERSION_TAG: result.data_version}
-        if code_version:
-            tags[CODE_VERSION_TAG] = code_version
-        yield dg.AssetMaterialization(
-            asset_key=context.asset_key, partition=key, metadata=metadata[key], tags=tags
+        yield partition_materialization(
+            context.asset_key, key, metadata[key], result.data_version, code_version
         )
+
+
+def partition_materialization(
+    asset_key: dg.AssetKey,
+    key: str,
+    metadata: Mapping[str, Any],
+    data_version: str,
+    code_version: str | None,
+    tags: Mapping[str, str] | None = None,
+) -> dg.AssetMaterialization:
+    """Capture ``key``'s materialization of ``asset_key`` as the asset's own step records
+    it: ``metadata``, tagged with its data version and the asset's code version."""
+    all_tags = {DATA_VERSION_TAG: data_version, **(tags or {})}
+    if code_version:
+        all_tags[CODE_VERSION_TAG] = code_version
+    return dg.AssetMaterialization(
+        asset_key=asset_key, partition=key, metadata=dict(metadata), tags=all_tags
+    )
 
 
 def _tag_no_retry(context: dg.AssetExecutionContext) -> None:

@@ -30,7 +30,14 @@ import dagster as dg
 from pydantic import Field, create_model
 from upath import UPath
 
-from ego_assets.defs.episodes import AssetEvent, materialize_result, per_capture_asset, run_each
+from ego_assets.defs.episodes import (
+    AssetEvent,
+    materialize_result,
+    partition_materialization,
+    per_capture_asset,
+    run_each,
+    step_metadata,
+)
 from ego_assets.defs.exports import run_progress
 from ego_assets.defs.k8s import k8s_resources
 from ego_assets.defs.partitions import CaptureSet
@@ -38,9 +45,12 @@ from ego_assets.defs.resources import StorageResource
 from ego_assets.exports import registry
 from ego_assets.exports.registry import ExportFormat
 from ego_assets.exports.run import Exporter, run_export
+from ego_assets.pipeline import StepResult
 from ego_assets.storage import Storage
 
 EXPORTS_GROUP = "exports"
+# on a materialization written outside a run: what wrote it (the export API's inline export)
+EXPORTED_BY_TAG = "ego/exported_by"
 FORCE_DESCRIPTION = "write the export again even when it is current"
 
 
@@ -110,6 +120,28 @@ def build_export_asset(cs: CaptureSet, fmt: ExportFormat) -> dg.AssetsDefinition
         output_required=False,
         description=fmt.description,
     )(export)
+
+
+def export_materialization(
+    asset_key: dg.AssetKey,
+    exporter: Exporter,
+    store: Storage,
+    key: str,
+    result: StepResult,
+    by: str,
+) -> dg.AssetMaterialization:
+    """The materialization ``exporter``'s asset (``asset_key``) records for capture ``key``
+    after ``result``, for an export written outside a run by ``by`` (`EXPORTED_BY_TAG`):
+    the same metadata, data version and code version as the asset's step."""
+    metadata = {**_details(exporter, store, key), **step_metadata(result)}
+    return partition_materialization(
+        asset_key,
+        key,
+        metadata,
+        result.data_version,
+        exporter.format.code_version,
+        {EXPORTED_BY_TAG: by},
+    )
 
 
 def build_export_assets(cs: CaptureSet) -> list[dg.AssetsDefinition]:
