@@ -9,6 +9,8 @@ The HTTP end to end of the run path is test_api.py."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -234,3 +236,18 @@ def test_inline_limit_from_the_environment(text: str, expected: float) -> None:
 def test_a_nonsense_inline_limit_is_refused_naming_the_variable(text: str) -> None:
     with pytest.raises(ValueError, match=r"EGO_API_INLINE_MAX_S=.*expected seconds"):
         inline_max_s({"EGO_API_INLINE_MAX_S": text})
+
+
+def test_preload_imports_what_the_exporters_import_where_they_use_it() -> None:
+    code = (
+        "import sys\n"
+        "before = {m for m in ('av', 'h5py', 'webdataset') if m in sys.modules}\n"
+        "from ego_assets.exports.preload import preload_exports\n"
+        "failed = preload_exports()\n"
+        "after = {m for m in ('av', 'h5py', 'webdataset') if m in sys.modules}\n"
+        "print(sorted(before), failed, sorted(after))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
+    ).stdout
+    assert out.strip() == "[] [] ['av', 'h5py', 'webdataset']"

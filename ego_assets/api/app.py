@@ -232,6 +232,10 @@ def app_from_env() -> FastAPI:
 
     config = load_config(None)
     service = service_from_env(os.environ.get(DAGSTER_URL_ENV, "http://127.0.0.1:3000"))
+    if service.inline_max_s > 0:  # this worker writes short exports: not on the first POST
+        from ego_assets.exports.preload import preload_exports
+
+        preload_exports()
     storage = service.storage
     presigner = None if storage.is_local else Presigner(storage, config.link_ttl_s)
     _log_to_stderr()

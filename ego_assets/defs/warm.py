@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import logging
 import os
-import pkgutil
 import select
 import signal
 import subprocess
@@ -56,27 +54,23 @@ from ego_assets.dagster_compat import (
     serialized_instance_ref,
 )
 from ego_assets.defs.runs import WARM_WORKER_TAG, LocalRunLauncher, process_alive, warm_worker
+from ego_assets.exports.preload import (
+    EXPORT_LIBRARIES,
+    EXPORT_PACKAGES,
+    import_quietly,
+    package_modules,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODULES = ("ego_assets.definitions",)
-# Third-party libraries only a capture step imports (seconds each on first use), and our
-# own packages the steps use: imported once by the warm parent, shared by every child.
-STEP_LIBRARIES = (
-    "rerun",
-    "av",
-    "scipy.spatial.transform",
-    "h5py",
-    "pandas",
-    "simplejpeg",
-    "PIL.Image",
-    "sqlalchemy",
-    "webdataset",
-)
+# Beyond the exports' (`EXPORT_LIBRARIES`, `EXPORT_PACKAGES`): the other libraries and
+# our packages a capture step imports on first use (seconds each on a busy box), imported
+# once by the warm parent and shared by every child.
+STEP_LIBRARIES = (*EXPORT_LIBRARIES, "rerun", "pandas", "sqlalchemy")
 STEP_PACKAGES = (
+    *EXPORT_PACKAGES,
     "ego_assets.capture",
-    "ego_assets.exports",
-    "ego_assets.formats",
     "ego_assets.quality",
     "ego_assets.viewer",
     "ego_assets.pipeline",
@@ -94,26 +88,8 @@ def warm_steps() -> list[str]:
     names that failed to import (logged, never fatal: the step imports them itself)."""
     from ego_assets.quality.expectations import warm_up
 
-    names = list(STEP_LIBRARIES)
-    for package in STEP_PACKAGES:
-        names.append(package)
-        module = importlib.import_module(package)
-        if hasattr(module, "__path__"):
-            names += [m.name for m in pkgutil.walk_packages(module.__path__, f"{package}.")]
-    failed = _import_quietly(names)
+    failed = import_quietly([*STEP_LIBRARIES, *package_modules(STEP_PACKAGES)])
     warm_up()
-    return failed
-
-
-def _import_quietly(names: Sequence[str]) -> list[str]:
-    """Import ``names``; returns those that failed (logged: the user imports them itself)."""
-    failed = []
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # an optional dependency of one module
-            log.info("warm parent: %s not imported: %s", name, exc)
-            failed.append(name)
     return failed
 
 
@@ -173,7 +149,7 @@ def serve(origin: str, warm: bool, requests: IO[str], answers: IO[str]) -> None:
         answers.flush()
         if request["instance_ref"] not in refs:  # the next children open it warm
             refs.add(request["instance_ref"])
-            _import_quietly(instance_ref_modules(request["instance_ref"]))
+            import_quietly(instance_ref_modules(request["instance_ref"]))
 
 
 class WarmPool:
