@@ -100,6 +100,8 @@ def test_json_bytes_deep_and_dataclass():
         '{"big": 123456789012345678901234567890}',
         '"\\ud800"',
         '{"a": 1, "a": 2}',
+        "[1234567890123456789, -98765432109876543210, 0.0073738908395171165]",
+        '{"e": [1e-1234567890123456789, 12345678901234567890.5, "x1234567890123456789"]}',
     ],
 )
 def test_json_loads_reads_what_json_reads(text):
@@ -107,3 +109,13 @@ def test_json_loads_reads_what_json_reads(text):
     assert json.dumps(got) == json.dumps(want)
     with pytest.raises(ValueError):
         json_loads(b"{not json")
+
+
+def test_json_loads_long_fractions_stay_with_orjson(monkeypatch):
+    """Digits of a fraction or an exponent are no integer past 64 bits: such a document
+    (LeRobot stats are full of them) is not handed to the standard library."""
+    text = b'{"min": [-0.0073738908395171165, 1.2345678901234567e-19], "count": [2400]}'
+    want = json.loads(text)
+    monkeypatch.setattr(json, "loads", lambda raw: pytest.fail(f"json.loads({raw!r})"))
+    assert json_loads(text) == want
+    assert json_loads(text.decode()) == want
