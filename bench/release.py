@@ -11,8 +11,9 @@
    (``exports/egosmith/<key>/``, ``exports/holos_hdf5/<key>/<key>.h5``,
    ``exports/ceres-lerobot-v3/<key>/shards/episode-NNNNNN/``): every file is a hard link
    to the base's (no disk space, no time), except the CERES shard's
-   ``ceres/episode-metadata.json``, written anew with the replica's capture key and
-   episode index (the merge reads them). The replicas' samples are the base's bytes.
+   ``ceres/episode-metadata.json``, written anew (as the exporter writes it) with the
+   replica's capture key and episode index (the merge reads them). The replicas'
+   samples are the base's bytes.
 2. **Selection.** The catalog is not built for 10,000 captures: the bench makes the
    selection itself (`SelectionResult`, each episode's split from the spec's seeded rule,
    its exports with path, bytes and a per-replica SHA-256 stand-in) and calls
@@ -91,7 +92,7 @@ def _base_exports(root: Path, bases: int, seconds: float) -> list[dict[str, Path
 
 def _replicate(root: Path, base: dict[str, Path], key: str, index: int) -> dict[str, Any]:
     """Per-episode exports of ``key`` linked from ``base``; format -> export record."""
-    from ego_assets.formats.ceres_lerobot import METADATA_FILE, shard_name
+    from ego_assets.formats.ceres_lerobot import METADATA_FILE, shard_name, write_json
 
     egosmith = root / "exports" / "egosmith" / key
     holos = root / "exports" / "holos_hdf5" / key / f"{key}.h5"
@@ -108,8 +109,7 @@ def _replicate(root: Path, base: dict[str, Path], key: str, index: int) -> dict[
             if rel is not None and rel.as_posix() == METADATA_FILE:
                 doc = json.loads(path.read_text())
                 doc["episode"].update({"capture_key": key, "index": index, "id": key})
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_text(json.dumps(doc, indent=2))
+                write_json(dest, doc)  # as the exporter writes it
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.link(path, dest)

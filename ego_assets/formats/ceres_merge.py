@@ -20,7 +20,9 @@
   earlier merge (``reuse.folder``): their data and video files are hard-linked from it
   (copied across file systems), nothing of them is rewritten; only their rows and stats
   are read.
-* ``ceres/episodes/episode-<shard index>.json`` keeps each shard's episode metadata,
+* ``ceres/episodes/episode-<shard index>.json`` keeps each shard's episode metadata (a
+  hard link to the shard's file when that holds the bytes `write_json` would write: the
+  exporter's do; creating a file costs several times a link on some file systems),
   ``ceres/task-specifications/`` their task specifications, and
   ``ceres/browser-export-receipt.json`` lists every file with its SHA-256.
 """
@@ -40,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ego_assets.fileio import json_loads, link_or_copy
+from ego_assets.fileio import json_bytes, json_loads, link_or_copy
 from ego_assets.formats.ceres_lerobot import (
     CAMERA_KEY,
     CHUNKS_SIZE,
@@ -499,11 +501,14 @@ def merge_shards(
             row["meta/episodes/file_index"] = 0
             episode_rows.append(row)
             offset += n
-            metadata = _metadata(shard)
+            raw = (shard / METADATA_FILE).read_bytes()
+            metadata = dict(json_loads(raw))
             shard_index = int(metadata["episode"]["index"])
             written = f"{EPISODE_METADATA_DIR}/{shard_name(shard_index)}.json"
             if writers.linked_from is not None:
                 link_or_copy(writers.linked_from / written, out / written)
+            elif raw == json_bytes(metadata, indent=2) + b"\n":  # as `write_json` writes it
+                link_or_copy(shard / METADATA_FILE, out / written)  # a link, no new file
             else:
                 write_json(out / written, metadata)
             for spec in _json_names(shard / TASK_SPEC_DIR):
