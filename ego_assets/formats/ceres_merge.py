@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections import Counter
-from collections.abc import Collection
+from collections import Counter, deque
+from collections.abc import Collection, Generator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -262,12 +263,12 @@ class _Writers:
         self.data_bytes += size
         return self.data_loc
 
-    def append_video(self, src: Path, frames: int) -> tuple[tuple[int, int], int]:
-        """Append ``src`` by stream copy; return its (chunk, file) and first frame there."""
+    def append_video(self, inp: Any, size: int, frames: int) -> tuple[tuple[int, int], int]:
+        """Append the open mp4 ``inp`` (``size`` bytes) by stream copy, and close it; return
+        its (chunk, file) and first frame there."""
         import av
 
-        size = src.stat().st_size
-        with av.open(str(src)) as inp:
+        with inp:
             ist = inp.streams.video[0]
             ctx = ist.codec_context
             pix_fmt = ctx.format.name if ctx.format is not None else None
@@ -364,12 +365,72 @@ def _json_names(folder: Path) -> list[str]:
     return sorted(e.name for e in _entries(folder) if e.name.endswith(".json"))
 
 
-def _read_parquet(path: Path, columns: list[str] | None = None) -> pa.Table:
-    """A small Parquet file read whole: its bytes in one read, decoded on this thread
-    (``ParquetFile`` skips read_table's dataset set-up, ~1 ms; for an episode's 90 kB,
-    Arrow's thread pool and read-ahead cost more than they save: 0.2 against 0.37 ms)."""
-    source = pa.BufferReader(path.read_bytes())
+def _read_parquet(raw: bytes, columns: list[str] | None = None) -> pa.Table:
+    """The small Parquet file ``raw`` decoded on this thread (``ParquetFile`` skips
+    read_table's dataset set-up, ~1 ms; for an episode's 90 kB, Arrow's thread pool and
+    read-ahead cost more than they save: 0.2 against 0.37 ms)."""
+    source = pa.BufferReader(raw)
     return pq.ParquetFile(source, pre_buffer=False).read(columns=columns, use_threads=False)
+
+
+@dataclass
+class _Episode:
+    """What the merge reads of one shard, read ahead of it (`_read_ahead`)."""
+
+    table: pa.Table
+    data_bytes: int
+    tasks: bytes
+    stats: dict[str, Any]
+    metadata_raw: bytes
+    metadata: dict[str, Any]
+    video: Any = None  # the open mp4 (PyAV input container)
+    video_bytes: int = 0
+
+
+def _read_episode(shard: Path, linked: bool, video: bool) -> _Episode:
+    """Read shard ``shard`` for the merge: its rows (only ``task_index`` when ``linked``),
+    tasks file, stats, episode metadata, and its mp4 opened (``video``)."""
+    data_file = _one(shard, "data", ".parquet")
+    raw = data_file.read_bytes()
+    metadata_raw = (shard / METADATA_FILE).read_bytes()
+    episode = _Episode(
+        table=_read_parquet(raw, ["task_index"] if linked else None),
+        data_bytes=len(raw),
+        tasks=(shard / TASKS_FILE).read_bytes(),
+        stats=json_loads((shard / STATS_FILE).read_bytes()),
+        metadata_raw=metadata_raw,
+        metadata=dict(json_loads(metadata_raw)),
+    )
+    if video:
+        import av
+
+        mp4 = _one(shard, f"videos/{CAMERA_KEY}", ".mp4")
+        episode.video_bytes = mp4.stat().st_size
+        episode.video = av.open(str(mp4))
+    return episode
+
+
+def _read_ahead(
+    jobs: list[tuple[Path, bool]], video: bool, depth: int = 4
+) -> Generator[_Episode, None, None]:
+    """`_read_episode` of each (shard, linked) in order, up to ``depth`` shards ahead on a
+    thread of its own: its Parquet decoding, file reads and the mp4's stream probing
+    (PyAV decodes a few frames, ~0.5 ms) release the GIL and overlap the writing."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge-read") as pool:
+        pending: deque[Future[_Episode]] = deque()
+        try:
+            for shard, linked in jobs:
+                pending.append(pool.submit(_read_episode, shard, linked, video))
+                if len(pending) > depth:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:  # an error or an early stop: close what was opened
+                if not future.cancel() and future.exception() is None:
+                    episode = future.result()
+                    if episode.video is not None:
+                        episode.video.close()
 
 
 def _metadata(shard: Path) -> dict[str, Any]:
@@ -385,9 +446,8 @@ class _Tasks:
         self.index: dict[str, int] = {}
         self.parsed: dict[bytes, list[str]] = {}
 
-    def remap(self, path: Path) -> np.ndarray:
-        """Shard task index -> merged task index for the tasks file ``path``."""
-        raw = path.read_bytes()
+    def remap(self, raw: bytes) -> np.ndarray:
+        """Shard task index -> merged task index for the tasks file of bytes ``raw``."""
         local = self.parsed.get(raw)
         if local is None:
             # the pandas index ``task`` is the column ``task`` (pyarrow alone: no pandas)
@@ -452,16 +512,21 @@ def merge_shards(
     merged: list[dict[str, Any]] = []
     copied_specs: set[str] = set()
     offset = 0
+    jobs = [
+        (shard, reuse is not None and position < reuse.shards) for position, shard, _ in included
+    ]
+    read = _read_ahead(jobs, camera_shape is not None)
     try:
-        for new_index, (position, shard, _) in enumerate(included):
+        for new_index, ((position, shard, _), episode) in enumerate(
+            zip(included, read, strict=True)
+        ):
             linked = reuse is not None and position < reuse.shards
             if position in starts or (writers.linked_from is not None and not linked):
                 writers.new_files()
             writers.linked_from = reuse.folder if reuse is not None and linked else None
-            data_file = _one(shard, "data", ".parquet")
-            table = _read_parquet(data_file, ["task_index"] if linked else None)
+            table = episode.table
             n = table.num_rows
-            task_index = tasks.remap(shard / TASKS_FILE)[table.column("task_index").to_numpy()]
+            task_index = tasks.remap(episode.tasks)[table.column("task_index").to_numpy()]
             if not linked:
                 for name, values in (
                     ("episode_index", np.full(n, new_index, dtype=np.int64)),
@@ -470,8 +535,8 @@ def merge_shards(
                 ):
                     index = table.schema.get_field_index(name)
                     table = table.set_column(index, name, pa.array(values))
-            chunk, file = writers.write_data(table, data_file.stat().st_size)
-            stats.add(json_loads((shard / STATS_FILE).read_bytes()))
+            chunk, file = writers.write_data(table, episode.data_bytes)
+            stats.add(episode.stats)
             lengths.append(n)
             first_task.append(int(task_index[0]) if n else 0)
             if n and task_index.min() != task_index.max():
@@ -486,8 +551,7 @@ def merge_shards(
                 "dataset_to_index": offset + n,
             }
             if camera_shape is not None:
-                mp4 = _one(shard, f"videos/{CAMERA_KEY}", ".mp4")
-                (vchunk, vfile), start = writers.append_video(mp4, n)
+                (vchunk, vfile), start = writers.append_video(episode.video, episode.video_bytes, n)
                 prefix = f"videos/{CAMERA_KEY}"
                 row.update(
                     {
@@ -501,8 +565,7 @@ def merge_shards(
             row["meta/episodes/file_index"] = 0
             episode_rows.append(row)
             offset += n
-            raw = (shard / METADATA_FILE).read_bytes()
-            metadata = dict(json_loads(raw))
+            raw, metadata = episode.metadata_raw, episode.metadata
             shard_index = int(metadata["episode"]["index"])
             written = f"{EPISODE_METADATA_DIR}/{shard_name(shard_index)}.json"
             if writers.linked_from is not None:
@@ -526,6 +589,7 @@ def merge_shards(
                 }
             )
     finally:
+        read.close()
         writers.close()
     episode_stats = _episode_stats(stats.stacked(), features, lengths, first_task, varying_tasks)
     features_info = included[0][2]["features"]
