@@ -16,7 +16,13 @@ from ego_assets.formats.ceres_lerobot import (
 )
 from ego_assets.formats.ceres_merge import aggregate_stats, run_stats
 from ego_assets.formats.egosmith_webdataset import ShardWriter, tar_sample
-from ego_assets.releases.webdataset import PackError, _checked_header, _sample_bounds
+from ego_assets.releases.webdataset import (
+    PackError,
+    _checked_header,
+    _sample_bounds,
+    _usual_bounds,
+    _walked_bounds,
+)
 
 MEMBERS = ("image.jpg", "lowdim.npy", "meta.json")
 
@@ -46,6 +52,18 @@ def test_sample_bounds_are_where_samples_start():
     assert _sample_bounds(bytes(1024), "here") == []
 
 
+@pytest.mark.parametrize("count, tail", [(1, 1024), (7, 1024), (40, 0), (3, 10240)])
+def test_headers_read_at_once_are_the_walk(count, tail):
+    """The vectorized reading finds the walk's bounds (with or without the two zero
+    blocks that end an archive, and past a record's padding)."""
+    samples = _samples(count, seed=count)
+    data = b"".join(samples) + bytes(tail)
+    want = np.cumsum([0] + [len(s) for s in samples]).tolist()
+    assert _usual_bounds(data) == want
+    assert _walked_bounds(data, "here") == want
+    assert _usual_bounds(bytes(1024)) == [] and _usual_bounds(b"") is None
+
+
 @pytest.mark.parametrize("damage", ["checksum", "type", "name", "folder", "truncated"])
 def test_sample_bounds_raise_what_the_header_check_raises(damage):
     samples = _samples(4)
@@ -71,6 +89,7 @@ def test_sample_bounds_raise_what_the_header_check_raises(damage):
         with pytest.raises(PackError) as expected:
             _checked_header(bytes(header), "here")
         want = str(expected.value)
+    assert _usual_bounds(bytes(data)) is None  # left to the walk, which names the cause
     with pytest.raises(PackError) as got:
         _sample_bounds(bytes(data), "here")
     assert want in str(got.value)

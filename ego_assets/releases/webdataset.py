@@ -39,6 +39,7 @@ FOLDER = "webdataset"
 INDEX_FILE = "index.json"
 ZERO_BLOCK = bytes(512)  # a tar archive ends with two
 _EXTENSIONS = frozenset(e.encode() for e in C.EXTENSIONS)
+_EXTENSION_WIDTH = max(len(e) for e in _EXTENSIONS)
 EXPORT_NAME = "egosmith_shards"
 
 
@@ -79,10 +80,94 @@ def _episode_tars(folder: Path, key: str) -> Iterator[tuple[bytes, list[int]]]:
 def _sample_bounds(data: bytes, where: str) -> list[int]:
     """Where the samples of the tar bytes ``data`` start, and where the last one ends.
 
-    The walk reads each header's name, type and size; the checksums of all headers are
-    summed at once (numpy). The first header that fails any check is then checked again
-    by `_checked_header`, which raises what it finds (PackError naming ``where``).
+    Headers as `tarfile` writes them (all the EgoSmith writer's) are read and checked all
+    at once (`_usual_bounds`); any other archive, or one that fails a check, is walked
+    header by header (`_walked_bounds`), which raises PackError naming ``where``.
     """
+    bounds = _usual_bounds(data)
+    return bounds if bounds is not None else _walked_bounds(data, where)
+
+
+_OCTAL_11 = 8 ** np.arange(10, -1, -1, dtype=np.int64)  # size: 11 octal digits, NUL
+_OCTAL_6 = 8 ** np.arange(5, -1, -1, dtype=np.int64)  # checksum: 6 octal digits, NUL, space
+
+
+def _octal(field: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The octal numbers of digit rows ``field`` (uint8, a row a number): exact where every
+    byte is ``0``-``7``, meaningless elsewhere."""
+    return (field.astype(np.int64) - ord("0")) @ weights
+
+
+def _usual_bounds(data: bytes) -> list[int] | None:
+    """`_walked_bounds` without a Python step per member, for USTAR headers with the
+    fields `tarfile` writes; None when a header is not so or fails a check.
+
+    Every 512-byte block is read as if it were a header: its size gives the block of the
+    next header. The chain of headers from block 0 is followed by pointer doubling (the
+    first 2m headers from the first m and the m-th successor of every block, log2 of the
+    blocks steps), cut at the first zero block; then all of the chain's headers are
+    checked at once (size and checksum fields, checksum, type, ``<stem>.<known
+    extension>`` names), and samples start where the stem changes.
+    """
+    n = len(data) // 512
+    if n == 0:
+        return None
+    blocks = np.frombuffer(data, dtype=np.uint8, count=n * 512).reshape(n, 512)
+    size = np.clip(_octal(blocks[:, 124:135], _OCTAL_11), 0, len(data))
+    after = np.arange(n) + 1 + (size + 511) // 512  # the block after the member's data
+    jump = np.append(np.minimum(after, n), n)  # block n: past the end, a fixed point
+    chain = np.zeros(1, dtype=np.int64)
+    while chain[-1] < n:
+        chain = np.concatenate([chain, jump[chain]])
+        jump = jump[jump]
+    chain = chain[chain < n]
+    zero = ~blocks[chain].any(axis=1)
+    chain = chain[: int(np.argmax(zero))] if zero.any() else chain
+    if not len(chain):
+        return []
+    end = int(after[chain[-1]]) * 512
+    heads = blocks[chain]
+    digits = np.concatenate([heads[:, 124:135], heads[:, 148:154]], axis=1)
+    stored = _octal(heads[:, 148:154], _OCTAL_6)
+    sums = heads.sum(axis=1, dtype=np.int64) - heads[:, 148:156].sum(axis=1, dtype=np.int64)
+    names = heads[:, :100]
+    column = np.arange(100)
+    length = np.where((names == 0).any(axis=1), np.argmax(names == 0, axis=1), 100)
+    inside = column < length[:, None]
+    dots = (names == ord(".")) & inside
+    dot = np.argmax(dots, axis=1)
+    if (
+        end > len(data)
+        or (digits < ord("0")).any()
+        or (digits > ord("7")).any()
+        or (heads[:, [135, 154]] != 0).any()
+        or (heads[:, 155] != ord(" ")).any()
+        or (sums + 8 * 32 != stored).any()
+        or not np.isin(heads[:, 156], (ord("0"), 0)).all()
+        or ((names == ord("/")) & inside).any()
+        or not dots.any(axis=1).all()
+        or (dot == 0).any()
+    ):
+        return None
+    # each name's extension, moved to the row's start (NUL-padded to the longest known)
+    wide = _EXTENSION_WIDTH
+    if (length - dot - 1 > wide).any():
+        return None
+    at = np.minimum(dot[:, None] + 1 + np.arange(wide), 99)
+    extensions = np.where(at < length[:, None], np.take_along_axis(names, at, axis=1), 0)
+    if not set(np.ascontiguousarray(extensions).view(f"S{wide}").ravel().tolist()) <= _EXTENSIONS:
+        return None
+    stems = np.where(column < dot[:, None], names, 0)
+    starts = np.ones(len(chain), dtype=bool)
+    starts[1:] = (stems[1:] != stems[:-1]).any(axis=1)
+    return [*(chain[starts] * 512).tolist(), end]
+
+
+def _walked_bounds(data: bytes, where: str) -> list[int]:
+    """`_sample_bounds` header by header: the walk reads each header's name, type and
+    size; the checksums of all headers are summed at once (numpy). The first header that
+    fails any check is then checked again by `_checked_header`, which raises what it
+    finds (PackError naming ``where``)."""
     bounds: list[int] = []
     headers: list[int] = []
     stored: list[int] = []
