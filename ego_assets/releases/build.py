@@ -16,7 +16,7 @@ selection) and checks every file against the manifest's SHA-256.
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from ego_assets.releases.manifest import (
     inputs_sha256,
     manifest_bytes,
 )
+from ego_assets.releases.robomimic import FOLDER as ROBOMIMIC_FOLDER
 from ego_assets.releases.robomimic import pack_robomimic
 from ego_assets.releases.select import ReleaseEpisode, SelectionResult, select_episodes
 from ego_assets.releases.spec import RELEASES_DIR, ReleaseSpec, load_spec, spec_path
@@ -105,17 +106,22 @@ def _pack_version(
     spec = head["spec"]
     splits = list(spec["split"]["fractions"])
     wanted = spec["release"]["formats"]
+    known = None
+    if plan.previous is not None and previous_files is not None:
+        known = (plan.previous, previous_files)
     # the formats write folders of their own: packed side by side (their C work, file I/O
     # and hashing run outside the GIL), the first error in format order raised
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="release-pack") as pool:
-        jobs = {}
+        jobs: dict[str, Future[Any]] = {}
         if "webdataset" in wanted:
             shard_bytes = head["packing"]["webdataset_shard_bytes"]
             jobs["webdataset"] = pool.submit(
                 pack_webdataset, root, episodes, splits, tmp, shard_bytes, plan
             )
         if "robomimic" in wanted:
-            jobs["robomimic"] = pool.submit(pack_robomimic, root, episodes, splits, tmp, plan)
+            jobs["robomimic"] = pool.submit(
+                _pack_robomimic_hashed, root, episodes, splits, tmp, plan, known
+            )
         if "lerobot" in wanted:
             jobs["lerobot"] = pool.submit(
                 pack_lerobot, root, episodes, splits, tmp, head["inputs_sha256"], plan
@@ -129,18 +135,43 @@ def _pack_version(
         for shard in index["shards"]:
             hashed[f"{WEBDATASET_FOLDER}/{shard['path']}"] = (shard["bytes"], shard["sha256"])
     if "robomimic" in done:
-        formats["robomimic"] = done["robomimic"]
+        formats["robomimic"], digests = done["robomimic"]
+        hashed.update(digests)
     if "lerobot" in done:
         formats["lerobot"] = done["lerobot"]
         hashed.update(receipt_digests(tmp, formats["lerobot"]))
     manifest = {**head, "formats": formats}
     (tmp / CARD_FILE).write_text(dataset_card(manifest), encoding="utf-8")
-    known = None
-    if plan.previous is not None and previous_files is not None:
-        known = (plan.previous, previous_files)
     manifest["files"] = file_records(tmp, known, hashed)
     (tmp / MANIFEST_FILE).write_bytes(manifest_bytes(manifest))
     return manifest
+
+
+def _pack_robomimic_hashed(
+    root: Path,
+    episodes: list[ReleaseEpisode],
+    splits: list[str],
+    tmp: Path,
+    plan: PartPlan,
+    known: tuple[Path, list[dict[str, Any]]] | None,
+) -> tuple[dict[str, Any], dict[str, tuple[int, str]]]:
+    """`pack_robomimic`, then (bytes, SHA-256) of its files (path below ``tmp``) as
+    `file_records` takes them: hashed on the robomimic thread, which is done long before
+    the LeRobot merge (its episode files are links, packed in no time), not after it."""
+    packed = pack_robomimic(root, episodes, splits, tmp, plan)
+    prefix = f"{ROBOMIMIC_FOLDER}/"
+    if known is not None:  # the previous version's robomimic files, paths below its folder
+        earlier, records = known
+        known = (
+            earlier / ROBOMIMIC_FOLDER,
+            [
+                {**r, "path": r["path"][len(prefix) :]}
+                for r in records
+                if r["path"].startswith(prefix)
+            ],
+        )
+    records = file_records(tmp / ROBOMIMIC_FOLDER, known)
+    return packed, {f"{prefix}{r['path']}": (r["bytes"], r["sha256"]) for r in records}
 
 
 def latest_manifest(root: Path, name: str) -> dict[str, Any] | None:
