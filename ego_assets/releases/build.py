@@ -24,6 +24,7 @@ from typing import Any
 from ego_assets.catalog.receipts import artefact_digest
 from ego_assets.catalog.warehouse import catalog_database
 from ego_assets.formats.egosmith_webdataset import DEFAULT_SHARD_BYTES
+from ego_assets.releases.apart import run_apart
 from ego_assets.releases.card import CARD_FILE, dataset_card
 from ego_assets.releases.consent import apply_withdrawals, load_withdrawals
 from ego_assets.releases.layout import PartPlan, plan_parts
@@ -45,6 +46,10 @@ from ego_assets.storage import Storage
 from ego_assets.trajectory.store import atomic_directory, remove_leftovers
 
 RELEASE_WRITER_VERSION = "release-2"  # bump when packed bytes or the layout change
+# From this many episodes on, the WebDataset copy runs in a process of its own
+# (`run_apart`: a fresh interpreter, about a second to start), so its Python work does
+# not take the GIL from the LeRobot merge, the longest of the three; below, in a thread.
+PROCESS_MIN_EPISODES = 1000
 VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
 
 
@@ -110,14 +115,17 @@ def _pack_version(
     if plan.previous is not None and previous_files is not None:
         known = (plan.previous, previous_files)
     # the formats write folders of their own: packed side by side (their C work, file I/O
-    # and hashing run outside the GIL), the first error in format order raised
+    # and hashing run outside the GIL; a large WebDataset copy in a process of its own),
+    # the first error in format order raised
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="release-pack") as pool:
         jobs: dict[str, Future[Any]] = {}
         if "webdataset" in wanted:
             shard_bytes = head["packing"]["webdataset_shard_bytes"]
-            jobs["webdataset"] = pool.submit(
-                pack_webdataset, root, episodes, splits, tmp, shard_bytes, plan
-            )
+            args = (root, episodes, splits, tmp, shard_bytes, plan)
+            if len(episodes) >= PROCESS_MIN_EPISODES:
+                jobs["webdataset"] = pool.submit(run_apart, pack_webdataset, *args)
+            else:
+                jobs["webdataset"] = pool.submit(pack_webdataset, *args)
         if "robomimic" in wanted:
             jobs["robomimic"] = pool.submit(
                 _pack_robomimic_hashed, root, episodes, splits, tmp, plan, known

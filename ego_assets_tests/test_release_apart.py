@@ -1,0 +1,50 @@
+"""`ego_assets.releases.apart`: a function run in an interpreter of its own, and a release
+whose WebDataset copy ran there holding the same bytes as one packed in a thread."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ego_assets.releases import build
+from ego_assets.releases.apart import ApartError, run_apart
+from ego_assets_tests.test_releases import WEBXR_ONLY, _tree, _write_spec, make_release_root
+
+
+def test_the_result_comes_back_from_the_other_process() -> None:
+    assert run_apart(math.factorial, 20) == 2432902008176640000
+    assert run_apart(os.getpid) != os.getpid()
+
+
+def test_its_exception_is_raised_here_with_its_message() -> None:
+    with pytest.raises(ValueError, match=r"factorial.*negative"):
+        run_apart(math.factorial, -1)
+
+
+def test_a_process_that_dies_without_an_answer_says_so() -> None:
+    with pytest.raises(ApartError, match=r"_exit in its own process: exit 3 without an answer"):
+        run_apart(os._exit, 3)
+
+
+def test_a_release_packed_apart_has_the_bytes_of_one_packed_in_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_release_root(tmp_path / "data")
+    _write_spec(root, "all", WEBXR_ONLY)  # all three formats
+    assert build.build_release(root, "all", shard_bytes=250_000).written
+    folder = root / "releases" / "all" / "v1"
+    threaded = _tree(folder)
+    assert any(name.startswith("webdataset/") and name.endswith(".tar") for name in threaded)
+    shutil.move(folder, tmp_path / "threaded")
+    monkeypatch.setattr(build, "PROCESS_MIN_EPISODES", 0)
+    calls: list[str] = []
+    monkeypatch.setattr(
+        build, "run_apart", lambda fn, *args: calls.append(fn.__name__) or run_apart(fn, *args)
+    )
+    assert build.build_release(root, "all", shard_bytes=250_000).written
+    assert calls == ["pack_webdataset"]
+    assert _tree(folder) == threaded
