@@ -22,8 +22,9 @@
    timed; then ``cp -r`` of that version folder (the same bytes, the same files) beside
    it, twice (the mean is the copy time): ``ratio_vs_copy`` = build seconds / copy
    seconds (target <= 2). ``sync`` runs before the build and before each copy, so no
-   phase pays for the write-back of the gigabytes the one before it left dirty. Both read from the page cache: the build's inputs are the few
-   base files' inodes, the copy's the files the build just wrote.
+   phase pays for the write-back of the gigabytes the one before it left dirty. Both
+   read from the page cache: the build's inputs are the few base files' inodes, the
+   copy's the files the build just wrote.
 4. **v2** adds ``--added`` episodes: ``incremental_bytes_ratio`` = bytes of v2's files
    that are not hard links to v1's / v2's bytes (target <= 0.05), also per format.
 5. **Unchanged**: the same selection again writes nothing (``unchanged_written`` 0).
