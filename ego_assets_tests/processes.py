@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+import unittest.mock
 import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
@@ -101,6 +102,18 @@ def compute_logs_env(bucket: str, endpoint_url: str, prefix: str = "compute-logs
         "DAGSTER_COMPUTE_LOGS_PREFIX": prefix,
         "AWS_ENDPOINT_URL_S3": endpoint_url,
     }
+
+
+def create_instance_schema(env: Mapping[str, str]) -> None:
+    """Create the Dagster instance's tables in the database ``env`` names, before any
+    service starts: two processes that open an empty Postgres database at once both create
+    them and one fails (``type "alembic_version" already exists``). A deployment does the
+    same with its first ``dagster instance ...`` command (docs/deploy.md)."""
+    import dagster as dg
+
+    with unittest.mock.patch.dict(os.environ, env):
+        with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+            instance.get_runs_count()
 
 
 def free_port() -> int:
@@ -201,6 +214,7 @@ def start_dagster(
     workspace.yaml), each added to ``services`` once started, so the caller's `stop` ends
     it even when the next one fails to start. Returns the webserver (``/server_info``
     answers once it is up)."""
+    create_instance_schema(env)
     services.append(start("dagster-daemon", daemon_args(), env, log_dir))
     web = start("dagster-webserver", webserver_args(port), env, log_dir)
     services.append(web)

@@ -138,6 +138,9 @@ def test_backfill_chunks_run_on_two_celery_workers_with_outputs_in_s3(
         }
         for name, value in env.items():
             monkeypatch.setenv(name, value)
+        # the schema first: two workers opening an empty database at once race to create it
+        with dg.DagsterInstance.get() as instance:
+            instance.add_dynamic_partitions("captures", KEYS)
         workers: list[Service] = []
         try:
             for name in WORKERS:
@@ -152,8 +155,6 @@ def test_backfill_chunks_run_on_two_celery_workers_with_outputs_in_s3(
 
             # one `dagster job execute` process per chunk (as a run launcher would start
             # them); two runs in threads of one process deadlock in logging.dictConfig
-            with dg.DagsterInstance.get() as instance:
-                instance.add_dynamic_partitions("captures", KEYS)
             runs = [
                 start(f"run-{first}", _execute_args(first, last), env, tmp_path)
                 for first, last in CHUNKS
