@@ -18,6 +18,7 @@ from ego_assets.defs.capture_location import build_assets, storage_from_env
 from ego_assets.defs.episodes import apply_run_worker_env
 from ego_assets.defs.executors import executor_from_env
 from ego_assets.defs.imports import ImportSource, build_import_sensor, import_sources_from_env
+from ego_assets.defs.landing_inline import DEFAULT_INLINE_MAX_S, inline_max_s
 from ego_assets.defs.partitions import (
     DEFAULT_CAPTURES_PER_RUN,
     all_sets,
@@ -47,13 +48,15 @@ def build_defs(
     import_sources: tuple[ImportSource, ...] = (),
     catalog: bool = True,
     captures_per_run: int = DEFAULT_CAPTURES_PER_RUN,
+    sensor_inline_s: float = DEFAULT_INLINE_MAX_S,
 ) -> dg.Definitions:
     """Definitions with the given storage (tests and the demo pass their own) over
     ``sets`` capture sets (default ``EGO_CAPTURE_SETS``), with one import sensor per
     ``import_sources`` entry (`ego_assets.defs.imports`); with ``catalog``, merged with
     the catalog code location's (`ego_assets.catalog_definitions`: the whole workspace
     in one process, as the demo runs it); the landing sensor packs up to
-    ``captures_per_run`` captures of a tick per run."""
+    ``captures_per_run`` captures of a tick per run and takes a lone capture of at most
+    ``sensor_inline_s`` seconds through every asset itself (0: never)."""
     n = configured_sets() if sets is None else sets
     # Without a deployment executor, capture and export runs execute their steps in the
     # run worker: the multiprocess default would load the code location again for every
@@ -65,7 +68,9 @@ def build_defs(
         assets=assets,
         jobs=[*capture_jobs, *export_jobs],
         sensors=[
-            build_landing_sensor(sensor_interval, n, capture_jobs, captures_per_run),
+            build_landing_sensor(
+                sensor_interval, n, capture_jobs, captures_per_run, sensor_inline_s
+            ),
             build_stale_code_sensor(n),
             *(build_import_sensor(source) for source in import_sources),
         ],
@@ -83,7 +88,8 @@ def build_defs(
 def defs() -> dg.Definitions:
     """Storage from EGO_DATA_DIR / EGO_LANDING_DIR / EGO_S3_ENDPOINT_URL, sensor interval from
     EGO_SENSOR_INTERVAL_S, capture sets from EGO_CAPTURE_SETS, captures per packed run from
-    EGO_CAPTURES_PER_RUN, import sources from EGO_IMPORT_SOURCES (all read at load); no
+    EGO_CAPTURES_PER_RUN, the landing sensor's inline captures from EGO_SENSOR_INLINE_MAX_S,
+    import sources from EGO_IMPORT_SOURCES (all read at load); no
     catalog (its own code location)."""
     return build_defs(
         storage_from_env(os.environ),
@@ -92,4 +98,5 @@ def defs() -> dg.Definitions:
         import_sources=import_sources_from_env(os.environ),
         catalog=False,
         captures_per_run=captures_per_run_from_env(os.environ),
+        sensor_inline_s=inline_max_s(os.environ),
     )

@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ego_assets.capture.files import CaptureFiles
@@ -215,6 +217,21 @@ def _gate_figures(gate: Gate) -> dict[str, float | int | str]:
         "policy_version": str(gate.policy_version),
         "waived_metrics": len(gate.waived),
     }
+
+
+def seconds_setting(environ: Mapping[str, str], name: str, default: float) -> float:
+    """A duration in seconds, 0 or more, from the environment variable ``name``
+    (``default`` when unset or blank). Raises ValueError naming the variable."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}={text!r}: expected seconds, 0 or more")
+    return value
 
 
 def stored_duration_s(storage: Storage, key: str) -> float | None:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import logging.handlers
-import math
 import os
 import queue
 import secrets
@@ -36,6 +35,7 @@ from ego_assets.api.middleware import AccessLog, FastGets, access_log
 from ego_assets.api.routes import captures, downloads, exports, health, session
 from ego_assets.api.service import ExportService
 from ego_assets.api.snapshot import SYNC_S, ServedStates, SnapshotStore
+from ego_assets.pipeline import seconds_setting
 
 # Set by `ego-assets serve` for its worker processes (`app_from_env`).
 STATE_DIR_ENV = "EGO_API_STATE_DIR"
@@ -213,16 +213,7 @@ def inline_max_s(environ: Mapping[str, str]) -> float:
     """``EGO_API_INLINE_MAX_S``: captures up to this many seconds long are exported inside
     the POST when their inputs are current (`ExportService.inline_max_s`); default
     `DEFAULT_INLINE_MAX_S`, 0 turns it off. Raises ValueError naming the variable."""
-    text = environ.get(INLINE_MAX_ENV, "").strip()
-    if not text:
-        return DEFAULT_INLINE_MAX_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{INLINE_MAX_ENV}={text!r}: expected seconds, 0 or more")
-    return value
+    return seconds_setting(environ, INLINE_MAX_ENV, DEFAULT_INLINE_MAX_S)
 
 
 def app_from_env() -> FastAPI:

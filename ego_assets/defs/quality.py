@@ -78,7 +78,7 @@ def _report_row(storage: Storage, key: str) -> dict[str, Any]:
     return {name: table.column(name)[0].as_py() for name in table.column_names}
 
 
-def _quality_metadata(storage: Storage, key: str, gate: Gate | None) -> dict[str, Any]:
+def quality_metadata(storage: Storage, key: str, gate: Gate | None) -> dict[str, Any]:
     """The gate's verdict and reasons first, the timeline, then rounded, unit-labelled
     figures."""
     folder = storage.stage_path("quality", key)
@@ -158,23 +158,31 @@ def _ranged_check_result(gates: dict[str, Gate | None]) -> dg.AssetCheckResult:
     )
 
 
+def gate_check_evaluation(
+    asset_key: dg.AssetKey, key: str, gate: Gate | None
+) -> dg.AssetCheckEvaluation:
+    """`gate_check_result` of capture ``key`` as an evaluation of its own partition of
+    ``asset_key``'s check, recorded outside the run's output (ranged runs, the landing
+    sensor's inline captures)."""
+    result = gate_check_result(key, gate)
+    return dg.AssetCheckEvaluation(
+        asset_key=asset_key,
+        check_name=EXPORT_GATE_CHECK,
+        passed=result.passed,
+        metadata=result.metadata,
+        severity=result.severity,
+        description=result.description,
+        blocking=False,
+        partition=key,
+    )
+
+
 def _report_per_partition(context: dg.AssetExecutionContext, gates: dict[str, Gate | None]) -> None:
     """Record each episode's gate on its own partition of the check (ranged runs only:
     Dagster ties a check result to the run's one partition, if any)."""
     for key, gate in gates.items():
-        result = gate_check_result(key, gate)
-        context.instance.report_runless_asset_event(
-            dg.AssetCheckEvaluation(
-                asset_key=context.asset_key,
-                check_name=EXPORT_GATE_CHECK,
-                passed=result.passed,
-                metadata=result.metadata,
-                severity=result.severity,
-                description=result.description,
-                blocking=False,
-                partition=key,
-            )
-        )
+        evaluation = gate_check_evaluation(context.asset_key, key, gate)
+        context.instance.report_runless_asset_event(evaluation)
 
 
 def _tag_blocked_run(context: dg.AssetExecutionContext, gates: dict[str, Gate | None]) -> None:
@@ -234,7 +242,7 @@ def build_quality_report(cs: CaptureSet) -> dg.AssetsDefinition:
         yield from materialize_result(
             context,
             results,
-            extra=lambda key: _quality_metadata(store, key, gates[key]),
+            extra=lambda key: quality_metadata(store, key, gates[key]),
             check_results=checks,
         )
 

@@ -30,6 +30,12 @@ import dagster as dg
 
 from ego_assets.capture_sets import PER_CAPTURE_ASSETS
 from ego_assets.defs.episodes import FAILED_CAPTURES
+from ego_assets.defs.landing_inline import (
+    DEFAULT_INLINE_MAX_S,
+    InlineEvent,
+    inline_capture_events,
+    materialized_assets,
+)
 from ego_assets.defs.partitions import (
     CAPTURE_JOB,
     DEFAULT_CAPTURES_PER_RUN,
@@ -95,10 +101,13 @@ def build_landing_sensor(
     sets: int | None = None,
     jobs: list[dg.UnresolvedAssetJobDefinition] | None = None,
     per_run: int = DEFAULT_CAPTURES_PER_RUN,
+    inline_s: float = DEFAULT_INLINE_MAX_S,
 ) -> dg.SensorDefinition:
     """`landing_sensor` ticking every ``interval_s`` seconds over ``sets`` capture sets
     (default ``EGO_CAPTURE_SETS``), requesting runs of each set's ``capture_job``
-    (``jobs``: those jobs, default built here) of up to ``per_run`` captures each."""
+    (``jobs``: those jobs, default built here) of up to ``per_run`` captures each; a
+    capture alone in its tick and at most ``inline_s`` seconds long is taken through
+    every asset by the tick itself (`ego_assets.defs.landing_inline`; 0: never)."""
     n = resolve_sets(sets)
     targets = jobs if jobs is not None else [build_capture_job(cs) for cs in all_sets(n)]
     return dg.sensor(
@@ -115,22 +124,32 @@ def build_landing_sensor(
             "materialized on their own; a capture registered before (e.g. by `make demo`) "
             "gets a run of its own with run key = capture key, so it is never run again. "
             "When a capture fails in a packed run, the next ticks run its good neighbours "
-            "again without it (tag ego/follow_up_of)."
+            "again without it (tag ego/follow_up_of). A capture alone in its tick and at "
+            f"most {inline_s:g} s long (EGO_SENSOR_INLINE_MAX_S) is taken through every "
+            "asset by the tick itself, without a run (materializations tagged "
+            "ego/materialized_by or ego/exported_by = landing_sensor); a blocked or "
+            "failing one still gets its run."
         ),
-    )(_landing_sensor_over(n, per_run))
+    )(_landing_sensor_over(n, per_run, inline_s))
 
 
-def _landing_sensor_over(sets: int, per_run: int) -> Callable[..., dg.SensorResult | dg.SkipReason]:
+def _landing_sensor_over(
+    sets: int, per_run: int, inline_s: float
+) -> Callable[..., dg.SensorResult | dg.SkipReason]:
     def landing_sensor(
         context: dg.SensorEvaluationContext, storage: StorageResource
     ) -> dg.SensorResult | dg.SkipReason:
-        return _landing_sensor(context, storage, sets, per_run)
+        return _landing_sensor(context, storage, sets, per_run, inline_s)
 
     return landing_sensor
 
 
 def _landing_sensor(
-    context: dg.SensorEvaluationContext, storage: StorageResource, sets: int, per_run: int
+    context: dg.SensorEvaluationContext,
+    storage: StorageResource,
+    sets: int,
+    per_run: int,
+    inline_s: float,
 ) -> dg.SensorResult | dg.SkipReason:
     """New complete captures in the landing zone -> partitions + packed run requests, and
     the follow-ups of failed packed runs.
@@ -151,12 +170,46 @@ def _landing_sensor(
     # per set here, two queries to pack, and run requests that need no per-key existence
     # check (see `register_captures_packed`).
     requests = register_captures_packed(context.instance, scan.keys, sets, per_run)
+    if len(scan.keys) == 1 and len(requests) == 1 and inline_s > 0:
+        (key,) = scan.keys
+        events = _inline(context, storage, key, sets, inline_s)
+        if events:
+            message = (
+                f"capture {key}: {', '.join(materialized_assets(events))} written in this tick"
+            )
+            context.log.info(f"{message} (no run: one capture of at most {inline_s:g} s)")
+            return dg.SensorResult(
+                run_requests=follow_ups,
+                asset_events=events,
+                cursor=scan.cursor,
+                skip_reason=None if follow_ups else f"{message}; no run needed",
+            )
     if scan.keys:
         context.log.info(
             f"registered {len(scan.keys)} captures in {len(requests)} runs; "
             f"{scan.pending} left for the next tick"
         )
     return dg.SensorResult(run_requests=[*requests, *follow_ups], cursor=scan.cursor)
+
+
+def _inline(
+    context: dg.SensorEvaluationContext,
+    storage: StorageResource,
+    key: str,
+    sets: int,
+    max_s: float,
+) -> list[InlineEvent]:
+    """`inline_capture_events` for a lone capture; [] (with the reason in the tick's log)
+    when its run must take it."""
+    cs = partition_for_capture(key, sets).capture_set
+    try:
+        events, why = inline_capture_events(cs, storage.get_storage(), key, max_s)
+    except Exception as exc:  # its run fails with the same error, in the run's logs
+        context.log.warning(f"capture {key}: {type(exc).__name__}: {exc}; a run takes it")
+        return []
+    if not events:
+        context.log.info(f"capture {key}: {why}; a run takes it")
+    return events
 
 
 def failed_captures(instance: dg.DagsterInstance, run_id: str) -> tuple[dict[str, str], bool]:
