@@ -3,9 +3,11 @@
 A fresh database gets infra/dagster.yaml's instance; the daemon and the webserver run as
 separate processes against it, with the landing zone and every output in S3 (the
 session's loopback moto server). A synthetic capture uploaded to the landing zone must be
-registered by the landing sensor (ticking every second here, EGO_SENSOR_INTERVAL_S),
-launched through the queued run coordinator and materialized asset by asset, with its
-quality check evaluated and every stage's objects written to the bucket.
+registered by the landing sensor (ticking every second here, EGO_SENSOR_INTERVAL_S) and
+materialized asset by asset, with its quality check evaluated and every stage's objects
+written to the bucket: on the run path (``EGO_SENSOR_INLINE_MAX_S=0``) by a run launched
+through the queued run coordinator, on the tick path (the default for a lone short
+capture) by the sensor's tick itself, without a run.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.instance.utils import RUNLESS_RUN_ID
 from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
 
+from ego_assets.capture_sets import PER_CAPTURE_ASSETS
+from ego_assets.defs.landing_inline import INLINE_BY, INLINE_TAG
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.defs.quality import GX_CHECK
 from ego_assets.synth import synthesize
@@ -42,6 +47,7 @@ ASSETS = ("raw_capture", "trajectory", "quality_report")
 
 @dataclass
 class Deployment:
+    path: str  # "run" or "tick": who takes a lone capture through the assets
     home: Path
     data: str  # s3://bucket/data
     landing: str  # s3://bucket/landing
@@ -49,10 +55,12 @@ class Deployment:
     env: dict[str, str]
 
 
-@pytest.fixture
-def deployment(tmp_path: Path, s3_server: S3Server) -> Iterator[Deployment]:
+@pytest.fixture(params=["run", "tick"])
+def deployment(
+    request: pytest.FixtureRequest, tmp_path: Path, s3_server: S3Server
+) -> Iterator[Deployment]:
     """Daemon + webserver over a fresh Postgres database and a fresh bucket; stopped and
-    dropped afterwards."""
+    dropped afterwards. ``run``: the landing sensor leaves every capture to a run."""
     require_postgres()
     bucket = s3_server.make_bucket()
     with fresh_database("ego_e2e") as db_name:
@@ -65,6 +73,7 @@ def deployment(tmp_path: Path, s3_server: S3Server) -> Iterator[Deployment]:
             "EGO_DATA_DIR": data,
             "EGO_LANDING_DIR": landing,
             "EGO_SENSOR_INTERVAL_S": "1",
+            "EGO_SENSOR_INLINE_MAX_S": "0" if request.param == "run" else "30",
         }
         port = free_port()
         services = []
@@ -72,7 +81,7 @@ def deployment(tmp_path: Path, s3_server: S3Server) -> Iterator[Deployment]:
             web = start_dagster(services, env, tmp_path, port)
             url = f"http://127.0.0.1:{port}"
             wait_http_ok(f"{url}/server_info", web)
-            yield Deployment(home, data, landing, url, env)
+            yield Deployment(request.param, home, data, landing, url, env)
         finally:
             stop(services)
 
@@ -118,6 +127,30 @@ def _wait_for_finished_run(instance: dg.DagsterInstance, key: str) -> dg.Dagster
     )
 
 
+def _wait_for_tick_materializations(instance: dg.DagsterInstance, key: str) -> None:
+    """Until every per-capture asset of partition ``key`` is materialized, each by the
+    landing sensor (its tag), in the order the assets run."""
+
+    def missing() -> list[str]:
+        return [
+            name
+            for name in PER_CAPTURE_ASSETS
+            if not instance.get_materialized_partitions(dg.AssetKey(name)) >= {key}
+        ]
+
+    wait_for(
+        f"every asset of {key} materialized by the landing sensor's tick",
+        lambda: not missing(),
+        interval_s=1.0,
+        state=lambda: f"not yet materialized: {missing()}",
+    )
+    for name in PER_CAPTURE_ASSETS:
+        event = instance.get_latest_materialization_event(dg.AssetKey(name))
+        assert event is not None and event.asset_materialization is not None
+        tags = event.asset_materialization.tags or {}
+        assert INLINE_BY in (tags.get(INLINE_TAG), tags.get("ego/exported_by")), (name, tags)
+
+
 def test_uploaded_capture_is_registered_and_fully_materialized_by_daemon_and_sensor(
     deployment: Deployment, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,15 +160,23 @@ def test_uploaded_capture_is_registered_and_fully_materialized_by_daemon_and_sen
         monkeypatch.setenv(name, value)
     instance = dg.DagsterInstance.from_config(str(deployment.home))
     try:
-        run = _wait_for_finished_run(instance, CAPTURE_KEY)
+        if deployment.path == "run":
+            run = _wait_for_finished_run(instance, CAPTURE_KEY)
+            assert run.status == DagsterRunStatus.SUCCESS, run.run_id
+            assert run.job_name == "capture_job"
+            assert run.tags["dagster/sensor_name"] == "landing_sensor"
+            run_id = run.run_id
+        else:  # every asset, the exports included, materialized by the tick: no run
+            _wait_for_tick_materializations(instance, CAPTURE_KEY)
+            assert not instance.get_runs(
+                filters=RunsFilter(tags={"dagster/partition": CAPTURE_KEY})
+            )
+            run_id = RUNLESS_RUN_ID
         assert instance.get_dynamic_partitions(CAPTURES_PARTITIONS_NAME) == [CAPTURE_KEY]
-        assert run.status == DagsterRunStatus.SUCCESS, run.run_id
-        assert run.job_name == "capture_job"
-        assert run.tags["dagster/sensor_name"] == "landing_sensor"
 
         for name in ASSETS:
             event = instance.get_latest_materialization_event(dg.AssetKey(name))
-            assert event is not None and event.run_id == run.run_id, name
+            assert event is not None and event.run_id == run_id, name
             materialization = event.asset_materialization
             assert materialization is not None and materialization.partition == CAPTURE_KEY
         quality = instance.get_latest_materialization_event(dg.AssetKey("quality_report"))
@@ -149,7 +190,7 @@ def test_uploaded_capture_is_registered_and_fully_materialized_by_daemon_and_sen
         check_key = dg.AssetCheckKey(dg.AssetKey("quality_report"), GX_CHECK)
         records = instance.event_log_storage.get_latest_asset_check_execution_by_key([check_key])
         record = records[check_key]
-        assert record.run_id == run.run_id
+        assert record.run_id == run_id
         assert record.status.value == "SUCCEEDED"
         evaluation = record.event.dagster_event.event_specific_data
         assert evaluation.passed
@@ -178,9 +219,13 @@ def test_uploaded_capture_is_registered_and_fully_materialized_by_daemon_and_sen
     finally:
         instance.dispose()
 
-    # The webserver serves the same instance: it lists the run as a success.
+    # The webserver serves the same instance: it lists the run as a success (no run on
+    # the tick path).
     runs = _graphql(
         deployment.url,
         "{ runsOrError { ... on Runs { results { runId status jobName } } } }",
     )["runsOrError"]["results"]
-    assert {"runId": run.run_id, "status": "SUCCESS", "jobName": "capture_job"} in runs
+    if deployment.path == "run":
+        assert {"runId": run_id, "status": "SUCCESS", "jobName": "capture_job"} in runs
+    else:
+        assert runs == []
