@@ -45,6 +45,7 @@ export's library time (target 2), "code_location_load_s": ..., ...}``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import resource
@@ -258,17 +259,17 @@ def _last_export(instance: Any, key: str) -> float:
     return max(stamps)
 
 
-def _exported(instance: Any, key: str) -> bool:
-    """Whether every export of ``key`` is materialized (by a run or by the sensor's tick)."""
+def _taken(instance: Any, keys: list[str]) -> list[str]:
+    """The ``keys`` done: their run finished, or every export of theirs is materialized
+    (by the sensor's tick). One query per export format and one for the runs, whatever
+    the number of keys: the probe must not load the machine it measures."""
     import dagster as dg
 
-    return all(key in instance.get_materialized_partitions(dg.AssetKey(name)) for name in EXPORTS)
-
-
-def _taken(instance: Any, keys: list[str]) -> list[str]:
-    """The ``keys`` done: their run finished, or the sensor's tick exported them."""
     runs = _finished_runs(instance, keys)
-    return [k for k in keys if k in runs or _exported(instance, k)]
+    exported = set(keys)
+    for name in EXPORTS:
+        exported &= instance.get_materialized_partitions(dg.AssetKey(name))
+    return [k for k in keys if k in runs or k in exported]
 
 
 def _land(staged: Path, landing: Path, key: str) -> None:
@@ -389,6 +390,7 @@ def _daemon_path(
             if lone_run is not None and lone_run.status != dg.DagsterRunStatus.SUCCESS:
                 failed.append(lone)
             single_s = _last_export(instance, lone) - marker
+            tick_start, tick_spacing = _tick_after(instance, marker)
             if lone_run is not None:
                 splits[lone] = _split(instance, lone_run.run_id)
             _land(staged, landing, api_key)
@@ -412,20 +414,35 @@ def _daemon_path(
         "burst_s": burst_s,
         "single_s": single_s,
         "single_path": single_path,
+        "single_sensor_wait_s": tick_start - marker,
+        "tick_spacing_s": tick_spacing,
         "splits": splits,
         "api": api,
     }
 
 
-def _sensor_ticks(instance: Any) -> list[Any]:
+def _sensor_ticks(instance: Any, limit: int | None = 1) -> list[Any]:
+    """The landing sensor's newest ticks (``limit``; None: all), newest first."""
     from dagster._core.scheduler.instigation import InstigatorType
 
     states = instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
     ticks = []
     for state in states:
         if state.instigator_name == "landing_sensor":
-            ticks += instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
-    return ticks
+            ticks += instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=limit)
+    return sorted(ticks, key=lambda tick: tick.timestamp, reverse=True)
+
+
+def _tick_after(instance: Any, when: float) -> tuple[float, float]:
+    """The start of the landing sensor's first tick after epoch ``when``, and the median
+    spacing of its ticks: how long a capture landing at ``when`` waited for the sensor,
+    and how often the daemon really evaluated it."""
+    starts = sorted(tick.timestamp for tick in _sensor_ticks(instance, None))
+    after = [t for t in starts if t >= when]
+    if not after:
+        raise RuntimeError(f"no landing-sensor tick after {when}")
+    spacing = statistics.median(b - a for a, b in itertools.pairwise(starts))
+    return after[0], spacing
 
 
 def run(captures: int, seconds: float, interval: int, load_repeats: int = 5) -> dict[str, Any]:
@@ -484,6 +501,12 @@ def run(captures: int, seconds: float, interval: int, load_repeats: int = 5) -> 
         "burst_s": round(path["burst_s"], 3),
         "single_latency_s": round(path["single_s"], 3),
         "single_path": path["single_path"],
+        "single_sensor_wait_s": round(path["single_sensor_wait_s"], 3),
+        "sensor_tick_spacing_median_s": round(path["tick_spacing_s"], 3),
+        # after the tick that took it: (latency - the capture's own wait) / library
+        "single_after_tick_ratio": round(
+            (path["single_s"] - path["single_sensor_wait_s"]) / wall[lone], 3
+        ),
         "run_split_median": per_run,
         "burst_overhead_ratio": round(path["burst_s"] / library_burst, 3),
         "single_latency_ratio": round((path["single_s"] - interval) / wall[lone], 3),
@@ -520,6 +543,9 @@ def main(argv: list[str]) -> int:
         ("marker -> last export, lone", f"{result['single_latency_s']:.2f} s"),
         ("single_latency_ratio", f"{result['single_latency_ratio']:.2f}"),
         ("lone capture taken by", result["single_path"]),
+        ("lone capture's wait for a tick", f"{result['single_sensor_wait_s']:.2f} s"),
+        ("landing-sensor ticks, median spacing", f"{result['sensor_tick_spacing_median_s']:.2f} s"),
+        ("single_after_tick_ratio", f"{result['single_after_tick_ratio']:.2f}"),
         *((f"per run (median) {k}", f"{v:.2f} s") for k, v in split.items()),
         ("library real-time factor (wall)", f"{result['library_realtime_factor']:.2f}x"),
         ("library real-time factor (CPU)", f"{result['library_realtime_factor_cpu']:.2f}x"),

@@ -179,3 +179,16 @@ def test_the_setting_is_read_from_the_environment_and_nonsense_refused(monkeypat
     monkeypatch.setenv("EGO_SENSOR_INLINE_MAX_S", "7")
     description = definitions.defs().resolve_sensor_def("landing_sensor").description or ""
     assert "at most 7 s long (EGO_SENSOR_INLINE_MAX_S)" in description
+
+
+def test_the_demo_s_tick_records_a_capture_the_sensor_took_as_the_daemon_does(tmp_path):
+    from ego_assets.defs.demo import landing_tick
+
+    _synth(tmp_path, "demo-lone")
+    storage = StorageResource(root=str(tmp_path))
+    with dg.instance_for_test() as instance:
+        tick = landing_tick(build_defs(storage), instance, storage)
+        assert (tick.inline, tick.requests, tick.failures) == (["demo-lone"], [], {})
+        for name in PER_CAPTURE_ASSETS:
+            assert instance.get_materialized_partitions(dg.AssetKey(name)) == {"demo-lone"}
+        assert not instance.get_runs()

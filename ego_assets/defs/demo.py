@@ -200,11 +200,13 @@ def unpacked(request: dg.RunRequest) -> list[dg.RunRequest]:
 @dataclass(frozen=True, slots=True)
 class Tick:
     """What one `landing_tick` did: the requests it ran, the first error of each failed
-    capture, and the run keys whose earlier run had died (marked failed, run again)."""
+    capture, the run keys whose earlier run had died (marked failed, run again), and the
+    captures the sensor's tick took through every asset itself (no run)."""
 
     requests: list[dg.RunRequest]
     failures: dict[str, str]
     died: list[str]
+    inline: list[str]
 
 
 def landing_tick(
@@ -214,8 +216,9 @@ def landing_tick(
     progress: TextIO | None = None,
 ) -> Tick:
     """One tick of the landing sensor, run here: runs of it whose process died are marked
-    failed first (`heal_dead_runs`), then each pending request's ``capture_job`` runs in
-    this process (a progress bar on ``progress``, none when None)."""
+    failed first (`heal_dead_runs`); the events of a capture the tick took itself are
+    recorded as the daemon records them; then each pending request's ``capture_job`` runs
+    in this process (a progress bar on ``progress``, none when None)."""
     landing_sensor = defs.get_sensor_def("landing_sensor")
     died = heal_dead_runs(instance, {SENSOR_NAME_TAG: landing_sensor.name}, time.time())
     context = dg.build_sensor_context(
@@ -223,7 +226,11 @@ def landing_tick(
     )
     result = landing_sensor(context)
     requests: list[dg.RunRequest] = []
+    inline: set[str] = set()
     if isinstance(result, dg.SensorResult):
+        for event in result.asset_events:
+            instance.report_runless_asset_event(event)
+            inline.add(str(event.partition))
         for add in result.dynamic_partitions_requests or []:
             name = str(add.partitions_def_name)
             instance.add_dynamic_partitions(name, list(add.partition_keys or []))
@@ -251,7 +258,7 @@ def landing_tick(
         error = _run_error(run)
         if error:
             failures[key] = error
-    return Tick(requests, failures, died)
+    return Tick(requests, failures, died, sorted(inline))
 
 
 def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> int:
@@ -284,13 +291,16 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
                 k for cs in all_sets() for k in instance.get_dynamic_partitions(cs.partitions_name)
             ]
             catalog_error = ""
-            if requests or published_problem(store):  # none yet, unreadable or half built
+            if requests or tick.inline or published_problem(store):  # none yet, unreadable or half built
                 print("building the dataset catalog (dbt)...", file=terminal, flush=True)
                 catalog_error = refresh_aggregates(defs, instance)
     print(f"Dagster's and dbt's own output: {log_path}", file=out)
     if tick.died:
         print(f"runs whose process died, run again: {', '.join(sorted(tick.died))}", file=out)
-    if not requests:
+    if tick.inline:
+        taken = ", ".join(tick.inline)
+        print(f"taken through every asset by the sensor's tick (no run): {taken}", file=out)
+    elif not requests:
         print("landing zone: nothing new; outputs unchanged", file=out)
     statuses = [capture_status(store, key, failures.get(key, "")) for key in sorted(keys)]
     statuses += [skipped_status(name, why) for name, why in skipped_entries(store)]
