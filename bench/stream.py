@@ -51,6 +51,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -328,6 +329,25 @@ def _settled(url: str, path: str, poll_s: float = 0.05) -> dict[str, Any]:
         time.sleep(poll_s)
 
 
+def _spawn(args: list[str], env: dict[str, str], log: Any) -> subprocess.Popen:
+    """``args`` (a console script of this environment first) in its own session."""
+    command = [str(Path(sys.executable).with_name(args[0])), *args[1:]]
+    return subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _daemon_path(
     data: Path,
     home: Path,
@@ -346,19 +366,50 @@ def _daemon_path(
         "EGO_SENSOR_INTERVAL_S": str(interval),
         "PYTHONPATH": str(REPO),
     }
-    daemon_bin = Path(sys.executable).with_name("dagster-daemon")
-    log = (home / "daemon.log").open("wb")
-    daemon = subprocess.Popen(
-        [str(daemon_bin), "run", "-w", "workspace.yaml"],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    # as deployed on one box (infra/docker-compose.yaml): the capture location in a code
+    # server of its own, which the daemon reaches over gRPC. (A daemon that starts the code
+    # servers itself, from workspace.yaml, replaces them every 60 s, and the first capture
+    # a new one's sensor takes pays the step libraries' imports again.)
+    port = _free_port()
+    workspace = home / "workspace.yaml"
+    workspace.write_text(
+        yaml.safe_dump(
+            {
+                "load_from": [
+                    {
+                        "grpc_server": {
+                            "host": "127.0.0.1",
+                            "port": port,
+                            "location_name": "ego_assets",
+                        }
+                    },
+                    {
+                        "python_module": {
+                            "module_name": "ego_assets.catalog_definitions",
+                            "location_name": "ego_assets_catalog",
+                            "working_directory": str(REPO),
+                        }
+                    },
+                ]
+            }
+        )
     )
+    log = (home / "daemon.log").open("wb")
+    services = [
+        _spawn(
+            [
+                *("dagster", "code-server", "start", "-m", "ego_assets.definitions"),
+                *("-h", "127.0.0.1", "-p", str(port)),
+            ],
+            env,
+            log,
+        )
+    ]
     landing = data / "landing"
     landing.mkdir(parents=True)
     try:
+        _wait("the capture code server", lambda: _listening(port))
+        services.append(_spawn(["dagster-daemon", "run", "-w", str(workspace)], env, log))
         with dg.DagsterInstance.from_config(str(home)) as instance:
             _wait(
                 "the daemon's first landing-sensor tick",
@@ -402,12 +453,13 @@ def _daemon_path(
                 raise RuntimeError(f"capture runs failed: {failed} (log: {home / 'daemon.log'})")
             api = _api_exports(instance, env, home, api_key)
     finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
+        for service in reversed(services):
+            os.killpg(service.pid, signal.SIGTERM)
+            try:
+                service.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(service.pid, signal.SIGKILL)
+                service.wait()
         log.close()
     single_path = "run" if lone_run is not None else "tick"
     return {

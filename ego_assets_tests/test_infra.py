@@ -266,11 +266,15 @@ def test_sensor_interval_comes_from_the_environment_at_definition_load(
     from ego_assets import definitions
     from ego_assets.defs.sensors import sensor_interval_s
 
-    monkeypatch.setenv("EGO_SENSOR_INTERVAL_S", "2")
+    # Dagster is asked for a second less: its 5 s loop then ticks on the wake-up that is due
+    monkeypatch.setenv("EGO_SENSOR_INTERVAL_S", "5")
     sensor = definitions.defs().resolve_sensor_def("landing_sensor")
-    assert sensor.minimum_interval_seconds == 2
+    assert sensor.minimum_interval_seconds == 4
+    assert "Ticks every 5 s" in (sensor.description or "")
+    monkeypatch.setenv("EGO_SENSOR_INTERVAL_S", "1")
+    assert definitions.defs().resolve_sensor_def("landing_sensor").minimum_interval_seconds == 1
     monkeypatch.delenv("EGO_SENSOR_INTERVAL_S")
-    assert definitions.defs().resolve_sensor_def("landing_sensor").minimum_interval_seconds == 30
+    assert definitions.defs().resolve_sensor_def("landing_sensor").minimum_interval_seconds == 29
     with pytest.raises(ValueError, match="EGO_SENSOR_INTERVAL_S"):
         sensor_interval_s({"EGO_SENSOR_INTERVAL_S": "0.5"})
 
