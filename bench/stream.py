@@ -5,14 +5,16 @@
 
 The production path as deployed on one box: a fresh database on the machine's PostgreSQL
 (127.0.0.1:5432), the run coordinator, run limits, run launcher and run monitoring of
-``infra/dagster.yaml``, the real ``dagster-daemon run -w workspace.yaml`` with its landing
-sensor (``EGO_SENSOR_INTERVAL_S`` = ``--interval``; ``EGO_SENSOR_INLINE_MAX_S`` from
-the environment, as deployed: a lone capture of at most 30 s is taken by the sensor's
-tick, without a run). Untimed short captures go through it first, as the library loop is
-warmed: two at once (a packed run: the warm launcher starts its warm parent on its first
-run), then one alone (the tick: the code server's step libraries). Then ``--captures``
-captures of ``--seconds`` s (kinds in turn: Holos iPhone, Holos Vision Pro, WebXR) land
-at once (the burst), then one more alone (``single_path``: ``tick`` or ``run``).
+``infra/dagster.yaml``, the capture location in a code server of its own (``dagster
+code-server start``, as ``infra/docker-compose.yaml`` runs it) and the real
+``dagster-daemon run`` over it with its landing sensor (``EGO_SENSOR_INTERVAL_S`` =
+``--interval``; ``EGO_SENSOR_INLINE_MAX_S`` from the environment, as deployed: a lone
+capture of at most 30 s is taken by the sensor's tick, without a run). Untimed short
+captures go through it first, as the library loop is warmed: two at once (a packed run:
+the warm launcher starts its warm parent on its first run), then one alone (the tick:
+the code server's step libraries). Then ``--captures`` captures of ``--seconds`` s
+(kinds in turn: Holos iPhone, Holos Vision Pro, WebXR) land at once (the burst), then
+one more alone (``single_path``: ``tick`` or ``run``).
 
 Beside it, in this process, the library loop over the same captures (ingest, trajectory,
 quality, the three exports; one short capture of each kind through it before, untimed, so
@@ -24,8 +26,10 @@ process (all threads, and children it waited for) over all its assets.
 
 Then the export API on the same deployment: one more capture (``--seconds``, Holos iPhone)
 lands and the sensor's run takes it through every step and export, as every capture is
-taken; ``dagster-webserver`` and ``ego-assets serve`` start, and each export is asked for
-again in turn through the API (``POST /captures/<key>/export-<format>`` with ``force``,
+taken; ``dagster-webserver`` and ``ego-assets serve`` start (timed once the webserver has
+loaded its code locations and each export of the warm-up capture was asked once,
+untimed), and each export is asked for again in turn through the API (``POST
+/captures/<key>/export-<format>`` with ``force``,
 what a user gets when an export is not there or not current: the API writes it inside
 the POST, its inputs being current and the capture short (``inline`` 1; with
 ``EGO_API_INLINE_MAX_S=0`` in the environment, a run of the exporter alone, polled until
@@ -292,9 +296,20 @@ def _api_exports(
     web_url = f"http://127.0.0.1:{web_port}"
     services = [start("dagster-webserver", webserver_args(web_port), env, tmp)]
     try:
-        server, url = start_api(tmp, env, key, 1, web_url)
+        server, url = start_api(tmp, env, "st-*", 1, web_url)
         services.append(server)
         wait_http_ok(f"{web_url}/server_info", services[0], CEILING_S)
+        # the webserver answers before its code servers have loaded (the catalog's imports
+        # dbt): the exports are timed once it is idle, as a deployment's webserver is
+        _wait("the webserver's code locations", lambda: _locations_loaded(web_url))
+        # the API worker warmed as the library loop is: each export of the lone warm-up
+        # capture asked once, untimed (its first instance queries, first writes)
+        for fmt in registry.formats():
+            path = f"/captures/{WARM_LONE}/{fmt.route}"
+            status, body = _post(url, path, {"force": True})
+            state = body if status == 200 else _settled(url, path)
+            if status not in (200, 202) or state.get("status") != "ready":
+                raise RuntimeError(f"warm-up POST {path}: {status} {state}")
         out = {}
         for fmt in registry.formats():
             path = f"/captures/{key}/{fmt.route}"
@@ -313,6 +328,23 @@ def _api_exports(
         return out
     finally:
         stop(services)
+
+
+def _locations_loaded(web_url: str) -> bool:
+    """Whether the webserver at ``web_url`` has loaded every code location of its
+    workspace."""
+    import json
+    import urllib.request
+
+    query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
+    request = urllib.request.Request(
+        f"{web_url}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        entries = json.loads(response.read())["data"]["workspaceOrError"]["locationEntries"]
+    return bool(entries) and all(entry["loadStatus"] == "LOADED" for entry in entries)
 
 
 def _settled(url: str, path: str, poll_s: float = 0.05) -> dict[str, Any]:
