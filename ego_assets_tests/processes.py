@@ -111,9 +111,11 @@ def create_instance_schema(env: Mapping[str, str]) -> None:
     same with its first ``dagster instance ...`` command (docs/deploy.md)."""
     import dagster as dg
 
-    with unittest.mock.patch.dict(os.environ, env):
-        with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-            instance.get_runs_count()
+    with (
+        unittest.mock.patch.dict(os.environ, env),
+        dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance,
+    ):
+        instance.get_runs_count()
 
 
 def free_port() -> int:

@@ -291,7 +291,8 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
                 k for cs in all_sets() for k in instance.get_dynamic_partitions(cs.partitions_name)
             ]
             catalog_error = ""
-            if requests or tick.inline or published_problem(store):  # none yet, unreadable or half built
+            # nothing built yet, unreadable or half built: build it
+            if requests or tick.inline or published_problem(store):
                 print("building the dataset catalog (dbt)...", file=terminal, flush=True)
                 catalog_error = refresh_aggregates(defs, instance)
     print(f"Dagster's and dbt's own output: {log_path}", file=out)

@@ -122,7 +122,8 @@ def build_landing_sensor(
         minimum_interval_seconds=max(1, interval_s - DAEMON_LOOP_SLACK_S),
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
-            f"Ticks every {interval_s} s (EGO_SENSOR_INTERVAL_S). Watches the landing zone: every complete capture (marker written) becomes a "
+            f"Ticks every {interval_s} s (EGO_SENSOR_INTERVAL_S). "
+            "Watches the landing zone: every complete capture (marker written) becomes a "
             "partition of its capture set (`captures`, `captures_s001`, ...; registered by "
             "the sensor in one bulk insert per set). The captures of one tick run in packed "
             f"runs of their set's capture_job, up to {per_run} captures each "
