@@ -65,7 +65,7 @@ def store_then_hold(self, event, *args, **kwargs):
 dg.DagsterInstance.handle_new_event = store_then_hold
 storage = StorageResource(root=str(data))
 with open_instance(data) as instance:
-    landing_tick(build_defs(storage), instance, storage)
+    landing_tick(build_defs(storage, sensor_inline_s=0), instance, storage)
 """
 
 
@@ -153,7 +153,7 @@ def test_a_run_killed_at_a_step_is_failed_and_run_again_by_the_next_tick(
 
     resource = StorageResource(root=str(data))
     with open_instance(data) as instance:
-        tick = landing_tick(build_defs(resource), instance, resource)
+        tick = landing_tick(build_defs(resource, sensor_inline_s=0), instance, resource)
         assert [r.run_key for r in tick.requests] == [KEY] and tick.failures == {}
         assert tick.died == ([KEY] if noticed_by == "demo" else [])
         dead = instance.get_run_by_id(run_id)
@@ -165,7 +165,7 @@ def test_a_run_killed_at_a_step_is_failed_and_run_again_by_the_next_tick(
             dg.DagsterRunStatus.FAILURE,
         ]
         # once: the tick after that runs nothing
-        again = landing_tick(build_defs(resource), instance, resource)
+        again = landing_tick(build_defs(resource, sensor_inline_s=0), instance, resource)
         assert again.requests == [] and again.died == []
     receipts = {f: read_receipt(storage, f, KEY) for f in EXPORT_FORMATS}
     assert {f: r is not None and r.capture_key == KEY for f, r in receipts.items()} == {
