@@ -1,0 +1,486 @@
+"""`derive_actions`: per-sample robot-ready state and future actions from a trajectory.
+
+Conventions (every packing writes them in its readers' terms; the names carry them):
+
+* **Clock**: one sample per entry of ``sample_ns`` (source-clock ns). Without it, the
+  Holos demo clock of the trajectory (`pick_master`), or with ``fps`` set a grid at that
+  rate from the demo clock's first to its last sample. Every stream is read onto it by
+  zero-order hold with the Holos staleness rule (`hold_index`, `MAX_AGE_NS`): a sample
+  with no stream value at or before it, or one older than 0.25 s, has none.
+* **Frames**: ``world`` is the capture's world frame (`CaptureInfo.world_frame`).
+  ``head`` is the head/device pose held at the same instant: ``p_head = R_h^T (p - t_h)``
+  and ``R_h^T R_wrist``; a stale or missing head pose makes the hand invalid at that
+  sample, never an identity. Hands stored in the device frame (Project Aria MPS) are in
+  the head frame already; they have no world pose without a device trajectory. The
+  frame's axes are in ``info["frame_axes"]``.
+* **State per hand**, ``eef_pose_gripper``: ``<hand>.eef.x/y/z`` (m), the rotation as
+  ``<hand>.eef.rot6d_0..5`` = (R00, R10, R20, R01, R11, R21), the first column then the
+  second column of the wrist -> frame matrix (the wrist's x axis, then its y axis, in
+  the frame), or ``<hand>.eef.qx/qy/qz/qw`` (xyzw, scipy's order, w >= 0), then
+  ``<hand>.grasp_aperture`` (thumb tip to index tip, m) and ``<hand>.gripper_closed``
+  (0/1, `gripper_latch`). ``fingertips``: ``<hand>.<finger>_tip.x/y/z``, the five tips
+  ``R_wrist^T (tip - wrist)`` (m, wrist frame). ``<hand>`` is ``left``, ``right`` or,
+  for ``hands = "dominant"``, ``dominant`` (the same names in every episode; the hand
+  it is in ``info["dominant"]``).
+* **Validity**: ``valid[<hand>]`` is False where the hand was not tracked, not held or
+  (head frame) the head pose was missing or stale; that hand's state is NaN there, never
+  a zero pose. A component the source lacks at a tracked sample (an untracked fingertip)
+  is NaN on its own, and one the source lacks altogether (`sources`) is NaN throughout.
+* **Actions**: ``action[t]`` holds the states of ``t+1 .. t+H``, step-major (reshape to
+  (T, H, width)); names ``t+<k>.<state name>``. ``relative``: the wrist pose of ``t+k``
+  in the wrist frame of ``t``, ``R_t^T (p_{t+k} - p_t)`` and ``R_t^T R_{t+k}`` (names
+  ``t+<k>.<hand>.eef.dx/dy/dz`` and ``.drot6d_i`` / ``.dqx..dqw``), computed from the
+  poses in the source's frame (the same in every fixed frame); fingertips relative are
+  ``tips_{t+k} - tips_t`` (``.dx/.dy/.dz``); aperture and gripper stay absolute. Past the
+  end of the episode the last sample is repeated and ``valid["action"]`` is False (like
+  LeRobot's ``action_is_pad``); ``valid["action"]`` is True where every step ``t+k``
+  exists and every hand of the state is valid there (and at ``t`` when relative).
+* ``space = "source"`` derives nothing: `derive_actions` raises (the packings keep their
+  own vectors and bytes for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+from ego_assets.actions.sources import (
+    ABSENT,
+    DEVICE_AXES,
+    HEAD_POSE_STREAMS,
+    HandSource,
+    HeadSource,
+    hand_source,
+    head_source,
+)
+from ego_assets.actions.space import ActionSpace, ActionSpaceError
+from ego_assets.formats.holos_clock import MAX_AGE_NS, hold_index, pick_master
+from ego_assets.formats.holos_tracks import sort_tracks
+from ego_assets.trajectory.model import Trajectory
+
+FINGERS = ("thumb", "index", "middle", "ring", "pinky")
+AXES = ("x", "y", "z")
+ROT6D_ORDER = "R00 R10 R20 R01 R11 R21 (first column, then second column)"
+
+
+@dataclass(frozen=True)
+class ActionTable:
+    """State and future actions of one episode on one clock (see the module docstring).
+
+    Attributes:
+        sample_ns: (T,) int64 source-clock ns of each sample.
+        state: (T, S) float32, NaN where the hand is not tracked.
+        state_names: S names, e.g. ``left.eef.x`` .. ``right.gripper_closed``.
+        action: (T, H * W) float32, step-major; names ``t+<k>.<...>``.
+        action_names: H * W names.
+        valid: ``<hand>`` -> (T,) bool per hand of the state (and, for ``dominant``, the
+            hand's own side too), ``action`` -> (T,) bool (no padding, all hands valid).
+        info: JSON-able: joint sets, streams, per-component exact/approximate/absent,
+            frame and its axes, rotation order, gripper thresholds, clock, dominant hand.
+    """
+
+    sample_ns: np.ndarray
+    state: np.ndarray
+    state_names: tuple[str, ...]
+    action: np.ndarray
+    action_names: tuple[str, ...]
+    valid: Mapping[str, np.ndarray]
+    info: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Hand:
+    """One hand on the sample clock: source-frame pose (for relative actions and the
+    wrist frame) and the output-frame pose, all NaN where ``valid`` is False."""
+
+    name: str
+    valid: np.ndarray  # (T,)
+    position: np.ndarray  # (T, 3) output frame
+    rotation: np.ndarray  # (T, 3, 3) wrist -> output frame
+    source_position: np.ndarray  # (T, 3) source frame
+    source_rotation: np.ndarray  # (T, 3, 3) wrist -> source frame
+    tips: np.ndarray  # (T, 5, 3) source frame
+
+
+def demo_clock(trajectory: Trajectory, fps: float | None = None) -> tuple[np.ndarray, str]:
+    """The Holos demo clock of ``trajectory`` (or a grid at ``fps`` over its span) and a
+    sentence saying which it is."""
+    tracks = sort_tracks(trajectory)
+    master = pick_master(tracks.skeleton_world, tracks.landmarks, tracks.device)
+    ns = master.timestamp_ns
+    if fps is None or len(ns) == 0:
+        return ns, f"the Holos demo clock: {master.description}"
+    count = int(np.floor((ns[-1] - ns[0]) * fps / 1e9 + 1e-9)) + 1
+    grid = ns[0] + np.rint(np.arange(count) * (1e9 / fps)).astype(np.int64)
+    return grid, f"{fps:g} Hz from the first sample of the Holos demo clock ({master.description})"
+
+
+def _held(ts: np.ndarray, sample_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return hold_index(ts, sample_ns, MAX_AGE_NS)
+
+
+def _nan_rows(values: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    shape = (len(ok),) + (1,) * (values.ndim - 1)
+    return np.where(ok.reshape(shape), values, np.nan)
+
+
+def _hand_on_clock(
+    name: str,
+    src: HandSource,
+    head: HeadSource | None,
+    space: ActionSpace,
+    sample_ns: np.ndarray,
+    capture: str,
+) -> _Hand:
+    n = len(sample_ns)
+    index, held = _held(src.timestamp_ns, sample_ns)
+    position = src.wrist[index]
+    rotation = src.rotation[index] if src.rotation is not None else np.full((n, 3, 3), np.nan)
+    tips = src.tips[index] if src.tips is not None else np.full((n, 5, 3), np.nan)
+    valid = held & src.tracked[index] & np.isfinite(position).all(axis=1)
+    if src.rotation is not None:
+        valid &= np.isfinite(rotation).all(axis=(1, 2))
+    elif space.space == "fingertips":
+        valid[:] = False  # no wrist frame to put the tips in
+    out_p, out_r = position, rotation
+    if space.space == "eef_pose_gripper":
+        if src.hand_centred:
+            raise ActionSpaceError(
+                "space",
+                f"capture {capture!r}: the {src.side} hand ({', '.join(src.streams)}) is only "
+                f"in the hand-centred frame {src.frame!r}: no wrist position in space",
+            )
+        out_p, out_r, head_ok = _to_frame(src, head, space.frame, index, sample_ns, capture)
+        valid &= head_ok
+    return _Hand(
+        name=name,
+        valid=valid,
+        position=_nan_rows(out_p, valid),
+        rotation=_nan_rows(out_r, valid),
+        source_position=_nan_rows(position, valid),
+        source_rotation=_nan_rows(rotation, valid),
+        tips=_nan_rows(tips, valid),
+    )
+
+
+def _to_frame(
+    src: HandSource,
+    head: HeadSource | None,
+    frame: str,
+    index: np.ndarray,
+    sample_ns: np.ndarray,
+    capture: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Wrist position and rotation of ``src`` (rows ``index``) in ``frame``, and where the
+    head pose needed for it was there (all True when none is needed)."""
+    n = len(sample_ns)
+    position = src.wrist[index]
+    rotation = src.rotation[index] if src.rotation is not None else np.full((n, 3, 3), np.nan)
+    in_device = src.frame == "device"
+    if (frame == "world") != in_device:
+        return position, rotation, np.ones(n, bool)  # already in the frame asked for
+    if head is None or (in_device and head.stream not in HEAD_POSE_STREAMS):
+        where = "the device frame and no device pose in the world" if in_device else "no head pose"
+        raise ActionSpaceError(
+            "frame",
+            f"capture {capture!r}: the {src.side} hand ({', '.join(src.streams)}) is in "
+            f"{where} is recorded; frame = {frame!r} cannot be given",
+        )
+    h_index, h_held = _held(head.timestamp_ns, sample_ns)
+    head_ok = h_held & head.valid[h_index]
+    r_h = head.rotation[h_index]
+    t_h = head.position[h_index]
+    if in_device:  # device -> world: p_w = R_h p + t_h
+        return (
+            np.einsum("nij,nj->ni", r_h, position) + t_h,
+            np.einsum("nij,njk->nik", r_h, rotation),
+            head_ok,
+        )
+    return (
+        np.einsum("nji,nj->ni", r_h, position - t_h),  # R_h^T (p - t_h)
+        np.einsum("nji,njk->nik", r_h, rotation),  # R_h^T R_w
+        head_ok,
+    )
+
+
+def rot6d(rotation: np.ndarray) -> np.ndarray:
+    """(..., 6) first column then second column of (..., 3, 3) rotation matrices."""
+    return np.concatenate([rotation[..., :, 0], rotation[..., :, 1]], axis=-1)
+
+
+def rot6d_to_matrix(six: np.ndarray) -> np.ndarray:
+    """(..., 3, 3) rotation from (..., 6) rot6d: Gram-Schmidt on the two columns, the third
+    their cross product (Zhou et al. 2019)."""
+    a, b = six[..., :3], six[..., 3:]
+    x = a / np.linalg.norm(a, axis=-1, keepdims=True)
+    b = b - np.sum(x * b, axis=-1, keepdims=True) * x
+    y = b / np.linalg.norm(b, axis=-1, keepdims=True)
+    return np.stack([x, y, np.cross(x, y)], axis=-1)
+
+
+def quaternions(rotation: np.ndarray) -> np.ndarray:
+    """(N, 4) xyzw with w >= 0 of (N, 3, 3) matrices; NaN rows stay NaN."""
+    out = np.full((len(rotation), 4), np.nan)
+    ok = np.isfinite(rotation).all(axis=(1, 2))
+    if ok.any():
+        out[ok] = Rotation.from_matrix(rotation[ok]).as_quat(canonical=True)
+    return out
+
+
+def _rotation_values(rotation: np.ndarray, form: str) -> np.ndarray:
+    return rot6d(rotation) if form == "rot6d" else quaternions(rotation)
+
+
+def gripper_latch(aperture: np.ndarray, close_m: float, open_m: float) -> np.ndarray:
+    """(T,) float 0/1 gripper state from (T,) apertures (m) with hysteresis, vectorized.
+
+    A sample with aperture < ``close_m`` closes the gripper, one with aperture >
+    ``open_m`` opens it; in between the state of the last such sample holds (a forward
+    fill of the last crossing). Before the first crossing the gripper is open (so the
+    first valid aperture sets the state when it is below ``close_m``). NaN apertures
+    (untracked) give NaN and leave the latch as it was.
+    """
+    with np.errstate(invalid="ignore"):
+        closing = aperture < close_m
+        opening = aperture > open_m
+    event = closing | opening
+    last = np.maximum.accumulate(np.where(event, np.arange(len(aperture)), -1))
+    state = np.where(last >= 0, closing[np.maximum(last, 0)], False).astype(np.float64)
+    state[~np.isfinite(aperture)] = np.nan
+    return state
+
+
+def _hand_names(prefix: str, space: ActionSpace) -> list[str]:
+    if space.space == "fingertips":
+        return [f"{prefix}.{finger}_tip.{a}" for finger in FINGERS for a in AXES]
+    rot = (
+        [f"rot6d_{i}" for i in range(6)] if space.rotation == "rot6d" else ["qx", "qy", "qz", "qw"]
+    )
+    eef = [f"{prefix}.eef.{c}" for c in (*AXES, *rot)]
+    return [*eef, f"{prefix}.grasp_aperture", f"{prefix}.gripper_closed"]
+
+
+def _relative_names(prefix: str, space: ActionSpace) -> list[str]:
+    if space.space == "fingertips":
+        return [f"{prefix}.{finger}_tip.d{a}" for finger in FINGERS for a in AXES]
+    rot = (
+        [f"drot6d_{i}" for i in range(6)]
+        if space.rotation == "rot6d"
+        else ["dqx", "dqy", "dqz", "dqw"]
+    )
+    eef = [f"{prefix}.eef.{c}" for c in ("dx", "dy", "dz", *rot)]
+    return [*eef, f"{prefix}.grasp_aperture", f"{prefix}.gripper_closed"]
+
+
+def _wrist_tips(hand: _Hand) -> np.ndarray:
+    """(T, 5, 3) fingertips in the wrist frame: R^T (tip - wrist)."""
+    offset = hand.tips - hand.source_position[:, None, :]
+    return np.einsum("nji,nkj->nki", hand.source_rotation, offset)
+
+
+def _hand_state(hand: _Hand, space: ActionSpace) -> np.ndarray:
+    n = len(hand.valid)
+    if space.space == "fingertips":
+        return _wrist_tips(hand).reshape(n, 15)
+    aperture = np.linalg.norm(hand.tips[:, 0] - hand.tips[:, 1], axis=1)
+    closed = gripper_latch(aperture, space.gripper_close_m, space.gripper_open_m)
+    return np.concatenate(
+        [
+            hand.position,
+            _rotation_values(hand.rotation, space.rotation),
+            aperture[:, None],
+            closed[:, None],
+        ],
+        axis=1,
+    )
+
+
+def _relative_step(hand: _Hand, state: np.ndarray, space: ActionSpace, ahead: np.ndarray):
+    """(T, W) relative action of one hand towards rows ``ahead`` (see module docstring)."""
+    n = len(hand.valid)
+    if space.space == "fingertips":
+        tips = _wrist_tips(hand).reshape(n, 15)
+        return tips[ahead] - tips
+    r_t = hand.source_rotation
+    dp = np.einsum("nji,nj->ni", r_t, hand.source_position[ahead] - hand.source_position)
+    dr = np.einsum("nji,njk->nik", r_t, hand.source_rotation[ahead])
+    return np.concatenate([dp, _rotation_values(dr, space.rotation), state[ahead][:, -2:]], axis=1)
+
+
+def _dominant(trajectory: Trajectory, sources: Mapping[str, HandSource | None], sample_ns):
+    """The dominant side and the rule that chose it."""
+    for c in trajectory.info.characteristics:
+        known = c.status == "known" and c.value in ("left", "right")
+        if known and c.name in ("dominant_hand", "handedness_of_demonstrator"):
+            return str(c.value), f"capture characteristic {c.name} = {c.value!r}"
+    counts = {}
+    for side in ("right", "left"):
+        src = sources[side]
+        if src is None:
+            counts[side] = 0
+            continue
+        index, held = _held(src.timestamp_ns, sample_ns)
+        counts[side] = int(np.count_nonzero(held & src.tracked[index]))
+    side = "right" if counts["right"] >= counts["left"] else "left"
+    rule = (
+        f"the hand tracked in more samples ({counts['right']} right, {counts['left']} left; "
+        "right on a tie): the capture does not say which hand is dominant"
+    )
+    return side, rule
+
+
+def _absent_hand(name: str, n: int) -> _Hand:
+    nan3, nan33 = np.full((n, 3), np.nan), np.full((n, 3, 3), np.nan)
+    return _Hand(name, np.zeros(n, bool), nan3, nan33, nan3, nan33, np.full((n, 5, 3), np.nan))
+
+
+def _frame_axes(space: ActionSpace, head: HeadSource | None, sources) -> str:
+    if space.space == "fingertips":
+        return "wrist frame of each hand (its source's wrist axes, see components)"
+    if space.frame == "world":
+        return "the capture's world frame (CaptureInfo.world_frame, up_axis, handedness)"
+    if any(s is not None and s.frame == "device" for s in sources):
+        return DEVICE_AXES
+    return head.axes if head is not None else "no head pose"
+
+
+def derive_actions(
+    trajectory: Trajectory, space: ActionSpace, sample_ns: np.ndarray | None = None
+) -> ActionTable:
+    """State and actions of ``trajectory`` in ``space`` on ``sample_ns`` (see the module
+    docstring for every convention).
+
+    Args:
+        trajectory: one episode.
+        space: the declared space (not ``source``).
+        sample_ns: the packing's own clock (source-clock ns, sorted); None: the Holos
+            demo clock of the trajectory (resampled at ``space.fps`` when set).
+
+    Raises:
+        ActionSpaceError: ``space.space == "source"`` (nothing to derive), or the capture
+            cannot give the declared frame (no head pose; device-frame hands and
+            ``frame = "world"``; only hand-centred positions for ``eef_pose_gripper``).
+    """
+    if not space.derived:
+        raise ActionSpaceError("space", "'source' keeps each packing's own vectors: no derivation")
+    capture = trajectory.info.capture_id
+    if sample_ns is None:
+        sample_ns, clock = demo_clock(trajectory, space.fps)
+    else:
+        sample_ns, clock = np.asarray(sample_ns, np.int64), "the packing's frame clock"
+    n = len(sample_ns)
+    sources = {side: hand_source(trajectory, side) for side in ("left", "right")}
+    head = head_source(trajectory) if space.space == "eef_pose_gripper" else None
+    info: dict[str, Any] = {}
+    if space.hands == "dominant":
+        side, rule = _dominant(trajectory, sources, sample_ns)
+        picked = [("dominant", side)]
+        info["dominant"] = {"hand": side, "rule": rule}
+    elif space.hands == "both":
+        picked = [("left", "left"), ("right", "right")]
+    else:
+        picked = [(space.hands, space.hands)]
+    hands = []
+    for name, side in picked:
+        src = sources[side]
+        hands.append(
+            _absent_hand(name, n)
+            if src is None
+            else _hand_on_clock(name, src, head, space, sample_ns, capture)
+        )
+    states = [_hand_state(h, space) for h in hands]
+    state = np.concatenate(states, axis=1) if states else np.zeros((n, 0))
+    state_names = tuple(x for h in hands for x in _hand_names(h.name, space))
+    action, action_names, action_ok = _actions(hands, states, space)
+    valid: dict[str, np.ndarray] = {h.name: h.valid for h in hands}
+    for (_, side), h in zip(picked, hands, strict=True):
+        valid.setdefault(side, h.valid)
+    valid["action"] = action_ok
+    info.update(_info(trajectory, space, sources, head, [s for _, s in picked], clock))
+    return ActionTable(
+        sample_ns=sample_ns,
+        state=state.astype(np.float32),
+        state_names=state_names,
+        action=action.astype(np.float32),
+        action_names=action_names,
+        valid=valid,
+        info=info,
+    )
+
+
+def _actions(
+    hands: list[_Hand], states: list[np.ndarray], space: ActionSpace
+) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
+    """(T, H * W) actions, their names and (T,) validity (see the module docstring)."""
+    n = len(hands[0].valid) if hands else 0
+    rows = np.arange(n)
+    ok = np.ones(n, bool)
+    blocks, names = [], []
+    all_valid = np.logical_and.reduce([h.valid for h in hands]) if hands else np.ones(n, bool)
+    for k in range(1, space.horizon + 1):
+        ahead = np.minimum(rows + k, max(n - 1, 0))
+        ok &= (rows + k < n) & all_valid[ahead]
+        if space.relative:
+            ok &= all_valid
+        for hand, state in zip(hands, states, strict=True):
+            if space.relative:
+                blocks.append(_relative_step(hand, state, space, ahead))
+                step_names = _relative_names(hand.name, space)
+            else:
+                blocks.append(state[ahead])
+                step_names = _hand_names(hand.name, space)
+            names += [f"t+{k}.{x}" for x in step_names]
+    action = np.concatenate(blocks, axis=1) if blocks else np.zeros((n, 0))
+    return action, tuple(names), ok
+
+
+def _info(
+    trajectory: Trajectory,
+    space: ActionSpace,
+    sources: Mapping[str, HandSource | None],
+    head: HeadSource | None,
+    sides: list[str],
+    clock: str,
+) -> dict[str, Any]:
+    hands: dict[str, Any] = {}
+    for side in sides:
+        src = sources[side]
+        if src is None:
+            hands[side] = {
+                "streams": [],
+                "joint_set": None,
+                "components": {c: f"{ABSENT}: no stream of this hand" for c in _COMPONENTS},
+            }
+        else:
+            hands[side] = {
+                "streams": list(src.streams),
+                "joint_set": src.joint_set,
+                "source_frame": src.frame,
+                "components": dict(src.components),
+            }
+    return {
+        "space": space.to_json(),
+        "capture_id": trajectory.info.capture_id,
+        "hands": hands,
+        "frame": "wrist" if space.space == "fingertips" else space.frame,
+        "frame_axes": _frame_axes(space, head, [sources[s] for s in sides]),
+        "world_frame": trajectory.info.world_frame,
+        "head_stream": head.stream if head is not None else None,
+        "rotation": ROT6D_ORDER if space.rotation == "rot6d" else "quaternion xyzw, w >= 0",
+        "gripper": {
+            "close_m": space.gripper_close_m,
+            "open_m": space.gripper_open_m,
+            "rule": "closed once the aperture is below close_m, open again once it is above "
+            "open_m; open before the first crossing; NaN where the aperture is",
+        },
+        "clock": clock,
+        "max_age_ns": MAX_AGE_NS,
+        "padding": "past the end the last sample is repeated; valid['action'] is False there",
+    }
+
+
+_COMPONENTS = ("wrist_position", "wrist_rotation", "fingertips", "grasp_aperture")

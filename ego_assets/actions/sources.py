@@ -1,0 +1,327 @@
+"""Where a trajectory keeps each hand's wrist pose and fingertips, and its head pose.
+
+Every joint set and stream kind is read into one `HandSource` per side, on the stream's
+own clock and in the stream's own frame, saying for each component whether the source
+gives it exactly, by approximation, or not at all (`HandSource.components`):
+
+* a skeleton with joint orientations (``hand_joints`` with ``rotation``: WebXR 25,
+  ARKit 27, EgoDex): wrist position and rotation = the wrist joint's pose, exact;
+* MANO (``mano``): rotation = ``global_orient`` (the MANO root, exact); position = MANO
+  joint 0 and fingertips = the MANO-21 tips when the estimator gave ``joints``, else the
+  root translation ``transl`` (approximate: MANO's root, not its wrist joint) and no tips;
+* landmarks (``hand_joints`` without rotation: Vision 21, MediaPipe 21, Aria 21):
+  positions exact; the rotation is the wrist pose of a ``wrist_palm`` stream of the same
+  file and clock when there is one (Aria ``hand_tracking_results``, EgoSmith), else it
+  is derived from the landmarks (`knuckle_frame`: palm plane of wrist, index and
+  little-finger bases, forward towards the middle-finger base; WebXR's wrist axes);
+* a ``wrist_palm`` stream alone (Aria ``wrist_and_palm_poses``): wrist position exact,
+  its ``wrist_rotation`` when present, no fingertips.
+
+A joint the source marks untracked (``joint_valid`` False, ``joint_confidence`` 0) is
+NaN, never a stale or zero value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera, knuckle_frame
+from ego_assets.trajectory.joints import FINGERTIPS, WRIST, joint_map
+from ego_assets.trajectory.model import Trajectory
+from ego_assets.trajectory.streams import HAND_CENTRED_FRAMES, Stream
+
+EXACT, APPROXIMATE, ABSENT = "exact", "approximate", "absent"
+COMPONENTS = ("wrist_position", "wrist_rotation", "fingertips", "grasp_aperture")
+# Head frame axes by where the head pose comes from.
+POSE_AXES = "x right, y up, looking along -z (the ARKit / WebXR device and viewer axes)"
+CAMERA_AXES = {
+    "opencv": "x right, y down, looking along +z (OpenCV camera axes of world_to_camera)",
+    "arkit": "x right, y up, looking along -z (ARKit camera axes of world_to_camera)",
+}
+DEVICE_AXES = "the device frame the hand streams are stored in (Project Aria MPS device frame)"
+HEAD_POSE_STREAMS = ("device_pose", "head")
+
+
+@dataclass(frozen=True, slots=True)
+class HandSource:
+    """One hand on its stream's clock, in its stream's frame (metres, wrist -> frame).
+
+    Attributes:
+        side: ``left`` or ``right``.
+        streams: the stream names read.
+        joint_set: the joint set (``mano``, ``wrist_palm`` for those kinds).
+        frame: the stream's ``frame`` attr (``world``, ``device``, or hand-centred).
+        timestamp_ns: (N,) int64 source clock.
+        tracked: (N,) bool, the hand flag as the source gave it.
+        wrist: (N, 3) wrist position, NaN where the wrist joint is untracked.
+        rotation: (N, 3, 3) wrist -> frame rotation (NaN rows where degenerate), or None.
+        tips: (N, 5, 3) thumb, index, middle, ring, pinky tips (NaN untracked), or None.
+        components: component -> ``"exact: ..."``, ``"approximate: ..."`` or ``"absent: ..."``.
+    """
+
+    side: str
+    streams: tuple[str, ...]
+    joint_set: str
+    frame: str
+    timestamp_ns: np.ndarray
+    tracked: np.ndarray
+    wrist: np.ndarray
+    rotation: np.ndarray | None
+    tips: np.ndarray | None
+    components: Mapping[str, str]
+
+    @property
+    def hand_centred(self) -> bool:
+        return self.frame in HAND_CENTRED_FRAMES
+
+
+@dataclass(frozen=True, slots=True)
+class HeadSource:
+    """The head/device pose on its own clock: (N, 3) position (m, world), (N, 3, 3)
+    head -> world rotation, (N,) valid, the stream it came from and its axes."""
+
+    stream: str
+    timestamp_ns: np.ndarray
+    position: np.ndarray
+    rotation: np.ndarray
+    valid: np.ndarray
+    axes: str
+
+
+def _matrices(quat_xyzw: np.ndarray) -> np.ndarray:
+    """(N, 3, 3) rotation matrices of (N, 4) xyzw quaternions; NaN rows where not finite
+    or zero (scipy would refuse them)."""
+    out = np.full((len(quat_xyzw), 3, 3), np.nan)
+    ok = np.isfinite(quat_xyzw).all(axis=1) & (np.linalg.norm(quat_xyzw, axis=1) > 1e-9)
+    if ok.any():
+        out[ok] = Rotation.from_quat(quat_xyzw[ok]).as_matrix()
+    return out
+
+
+def _joint_ok(stream: Stream, joints: list[int]) -> np.ndarray:
+    """(N, len(joints)) bool: the source tracked each joint (flag and confidence)."""
+    f = stream.fields
+    ok = np.ones((len(stream), len(joints)), bool)
+    if "joint_valid" in f:
+        ok &= f["joint_valid"][:, joints]
+    if "joint_confidence" in f:
+        ok &= f["joint_confidence"][:, joints] > 0
+    return ok
+
+
+def _masked(values: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    return np.where(ok[..., None], values, np.nan)
+
+
+def _paired_wrist(trajectory: Trajectory, stream: Stream) -> Stream | None:
+    """A ``wrist_palm`` stream with a wrist rotation from the same file on the same clock."""
+    for other in trajectory.streams_of_kind("wrist_palm"):
+        if (
+            other.attrs.get("hand") == stream.attrs.get("hand")
+            and other.attrs.get("source_file") == stream.attrs.get("source_file")
+            and "wrist_rotation" in other.fields
+            and np.array_equal(other.timestamp_ns, stream.timestamp_ns)
+        ):
+            return other
+    return None
+
+
+def _skeleton(stream: Stream) -> HandSource:
+    joint_set = str(stream.attrs["joint_set"])
+    w, tips = WRIST[joint_set], list(FINGERTIPS[joint_set])
+    f = stream.fields
+    wrist_ok = _joint_ok(stream, [w])[:, 0]
+    wrist_name = f"joint {w} of {joint_set}"
+    return HandSource(
+        side=str(stream.attrs["hand"]),
+        streams=(stream.name,),
+        joint_set=joint_set,
+        frame=str(stream.attrs["frame"]),
+        timestamp_ns=stream.timestamp_ns,
+        tracked=f["hand_valid"].astype(bool),
+        wrist=_masked(f["position"][:, w], wrist_ok),
+        rotation=_masked(_matrices(f["rotation"][:, w]), wrist_ok[:, None]),
+        tips=_masked(f["position"][:, tips], _joint_ok(stream, tips)),
+        components={
+            "wrist_position": f"{EXACT}: {wrist_name} position",
+            "wrist_rotation": f"{EXACT}: {wrist_name} orientation (the source's wrist axes)",
+            "fingertips": f"{EXACT}: {joint_set} tip joints {tips}",
+            "grasp_aperture": f"{EXACT}: thumb tip {tips[0]} to index tip {tips[1]}",
+        },
+    )
+
+
+def _landmarks(trajectory: Trajectory, stream: Stream) -> HandSource:
+    joint_set = str(stream.attrs["joint_set"])
+    positions = stream.fields["position"]
+    mapping = joint_map(joint_set, "mediapipe21")
+    mp21, _ = mapping.apply(positions, axis=-2)
+    ok, _ = mapping.apply(_joint_ok(stream, list(range(positions.shape[1]))), axis=-1)
+    mp21 = _masked(mp21, ok.astype(bool))
+    side = str(stream.attrs["hand"])
+    w, tips = WRIST[joint_set], list(FINGERTIPS["mediapipe21"])
+    wrist = mp21[:, 0]
+    paired = _paired_wrist(trajectory, stream)
+    names: tuple[str, ...] = (stream.name,)
+    if paired is not None:
+        names = (stream.name, paired.name)
+        wrist = paired.fields["wrist_position"]
+        rotation = _matrices(paired.fields["wrist_rotation"])
+        where = f"{EXACT}: the wrist pose of {paired.name}"
+        position_text, rotation_text = f"{where} (translation)", f"{where} (rotation)"
+    else:
+        rotation = knuckle_frame(mp21, side, trajectory.info.handedness == "right")
+        position_text = f"{EXACT}: landmark {w} of {joint_set}"
+        rotation_text = (
+            f"{APPROXIMATE}: derived from landmarks (the source has no wrist orientation): "
+            "back-of-hand normal of the plane wrist, index base, little-finger base; forward "
+            "from the wrist towards the middle-finger base (WebXR wrist axes)"
+        )
+    source_tips = list(FINGERTIPS[joint_set])
+    return HandSource(
+        side=side,
+        streams=names,
+        joint_set=joint_set,
+        frame=str(stream.attrs["frame"]),
+        timestamp_ns=stream.timestamp_ns,
+        tracked=stream.fields["hand_valid"].astype(bool),
+        wrist=wrist,
+        rotation=rotation,
+        tips=mp21[:, tips],
+        components={
+            "wrist_position": position_text,
+            "wrist_rotation": rotation_text,
+            "fingertips": f"{EXACT}: {joint_set} tip landmarks {source_tips}",
+            "grasp_aperture": f"{EXACT}: thumb tip {source_tips[0]} to index tip {source_tips[1]}",
+        },
+    )
+
+
+def _mano(stream: Stream) -> HandSource:
+    f = stream.fields
+    joints = f.get("joints")
+    tips = list(FINGERTIPS["mano21"])
+    rotation = Rotation.from_rotvec(f["global_orient"]).as_matrix()
+    components = {
+        "wrist_rotation": f"{EXACT}: MANO global_orient (the MANO root axes)",
+        "wrist_position": f"{EXACT}: MANO-21 joint 0",
+        "fingertips": f"{EXACT}: MANO-21 tip joints {tips}",
+        "grasp_aperture": f"{EXACT}: MANO-21 thumb tip to index tip",
+    }
+    if joints is None:
+        components.update(
+            wrist_position=f"{APPROXIMATE}: MANO transl (the root translation; the wrist "
+            "joint sits at a shape-dependent offset from it)",
+            fingertips=f"{ABSENT}: the estimator gave no joints and no MANO model is shipped",
+            grasp_aperture=f"{ABSENT}: no fingertips",
+        )
+    return HandSource(
+        side=str(stream.attrs["hand"]),
+        streams=(stream.name,),
+        joint_set="mano21" if joints is not None else "mano",
+        frame=str(stream.attrs["frame"]),
+        timestamp_ns=stream.timestamp_ns,
+        tracked=f["valid_detected"].astype(bool),
+        wrist=joints[:, 0] if joints is not None else f["transl"],
+        rotation=rotation,
+        tips=joints[:, tips] if joints is not None else None,
+        components=components,
+    )
+
+
+def _wrist_palm(stream: Stream) -> HandSource:
+    f = stream.fields
+    has_rotation = "wrist_rotation" in f
+    return HandSource(
+        side=str(stream.attrs["hand"]),
+        streams=(stream.name,),
+        joint_set="wrist_palm",
+        frame=str(stream.attrs["frame"]),
+        timestamp_ns=stream.timestamp_ns,
+        tracked=f["hand_valid"].astype(bool),
+        wrist=f["wrist_position"],
+        rotation=_matrices(f["wrist_rotation"]) if has_rotation else None,
+        tips=None,
+        components={
+            "wrist_position": f"{EXACT}: wrist_position",
+            "wrist_rotation": f"{EXACT}: wrist_rotation"
+            if has_rotation
+            else f"{ABSENT}: the file gives wrist and palm normals only",
+            "fingertips": f"{ABSENT}: a wrist/palm stream has no fingertips",
+            "grasp_aperture": f"{ABSENT}: no fingertips",
+        },
+    )
+
+
+def _rank(stream: Stream) -> int:
+    """Which stream of a hand is read (lowest first): the one giving the most exactly."""
+    centred = stream.attrs.get("frame") in HAND_CENTRED_FRAMES
+    if stream.kind == "hand_joints":
+        if centred:
+            return 5
+        return 0 if "rotation" in stream.fields else 2
+    if stream.kind == "mano":
+        return 1 if "joints" in stream.fields else 3
+    return 4  # wrist_palm
+
+
+def _tracked_count(stream: Stream) -> int:
+    for key in ("hand_valid", "valid_detected"):
+        if key in stream.fields:
+            return int(np.count_nonzero(stream.fields[key]))
+    return 0
+
+
+def hand_source(trajectory: Trajectory, side: str) -> HandSource | None:
+    """The `HandSource` of one hand: the best-ranked stream of that side (`_rank`), then
+    the one tracked in most samples, then the most joints, then the name; None: none."""
+    kinds = ("hand_joints", "mano", "wrist_palm")
+    candidates = [
+        s for s in trajectory.streams if s.kind in kinds and s.attrs.get("hand") == side and len(s)
+    ]
+    if not candidates:
+        return None
+    best = min(
+        candidates,
+        key=lambda s: (_rank(s), -_tracked_count(s), -s.dims().get("J", 0), s.name),
+    )
+    if best.kind == "mano":
+        return _mano(best)
+    if best.kind == "wrist_palm":
+        return _wrist_palm(best)
+    if "rotation" in best.fields:
+        return _skeleton(best)
+    return _landmarks(trajectory, best)
+
+
+def head_source(trajectory: Trajectory) -> HeadSource | None:
+    """The head pose: a ``pose`` stream ``device_pose`` / ``head``, else the head camera's
+    per-frame ``world_to_camera`` (inverted); None when the capture has neither."""
+    for name in HEAD_POSE_STREAMS:
+        if trajectory.has_stream(name) and trajectory.stream(name).kind == "pose":
+            s = trajectory.stream(name)
+            if not len(s):
+                continue
+            rotation = _matrices(s.fields["rotation"])
+            valid = (
+                s.fields["valid"].astype(bool)
+                & np.isfinite(s.fields["position"]).all(axis=1)
+                & np.isfinite(rotation).all(axis=(1, 2))
+            )
+            return HeadSource(
+                name, s.timestamp_ns, s.fields["position"], rotation, valid, POSE_AXES
+            )
+    try:
+        frames = head_camera(trajectory).frames
+    except NoHeadCameraError:
+        return None
+    w2c = frames.fields["world_to_camera"]
+    rotation = np.swapaxes(w2c[:, :3, :3], 1, 2)  # camera -> world
+    position = -np.einsum("nij,nj->ni", rotation, w2c[:, :3, 3])
+    valid = np.isfinite(w2c).all(axis=(1, 2))
+    axes = CAMERA_AXES.get(str(frames.attrs.get("camera_axes", "")), "unknown camera axes")
+    return HeadSource(frames.name, frames.timestamp_ns, position, rotation, valid, axes)
