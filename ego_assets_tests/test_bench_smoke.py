@@ -68,3 +68,39 @@ def test_bench_runs_at_its_smoke_size(name: str, tmp_path: Path) -> None:
     committed = REPO / "bench" / "results" / f"{name}.json"
     if committed.exists():
         assert set(result) <= set(json.loads(committed.read_text())), committed
+
+
+def test_chain_bench_times_every_kind_and_step_beside_its_floor(tmp_path: Path) -> None:
+    """`bench chain` at its smoke size: every kind, and every step a kind goes through
+    (land for the EgoDex import; the three exports where the gate lets them), has a CPU
+    time, a floor and a ratio above zero; the real-time factors and chain ratios too."""
+    from bench import chain
+
+    out = tmp_path / "chain.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "chain", *chain.SMOKE_ARGS, "--json", str(out)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=CEILING_S,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert set(result["steps"]) == set(chain.KINDS)
+    for kind, steps in result["steps"].items():
+        written = [s for s, status in result["exported"][kind].items() if status == "written"]
+        expected = {"raw", "trajectory", "quality", *written} | (
+            {"land"} if kind == "egodex" else set()
+        )
+        assert set(steps) == expected, kind
+        for step, figures in steps.items():
+            assert figures["cpu_ms"] > 0 and figures["floor_ms"] > 0, (kind, step)
+            assert figures["ratio"] == pytest.approx(
+                figures["cpu_ms"] / figures["floor_ms"], rel=0.05
+            )
+        assert result["realtime_factor"][kind] > 0 and result["ratio_vs_floors"][kind] > 0
+    # the synthetic kinds pass the gate: all three exports are timed for them
+    for kind in ("holos-visionpro", "holos-iphone", "webxr", "mano-video", "egodex"):
+        assert set(result["steps"][kind]) >= {"holos", "egosmith", "ceres"}, kind
+    assert result["import_ratio_vs_floor"] > 0
