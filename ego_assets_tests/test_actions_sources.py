@@ -1,0 +1,155 @@
+"""Action spaces on each source's streams: what comes exactly, derived, or not at all,
+with values recomputed here from the streams or the source files."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from ego_assets.actions import ActionSpace, derive_actions
+from ego_assets.actions.derive import rot6d_to_matrix
+from ego_assets.capture import read_capture, read_checked_capture
+from ego_assets.importers import get_importer
+from ego_assets.importers.core import import_source, open_source
+from ego_assets.storage import Storage
+from ego_assets.synth import synthesize
+from ego_assets.synth.egodex import write_egodex_episode
+from ego_assets.trajectory.joints import FINGERTIPS
+from ego_assets.trajectory.model import Trajectory
+from ego_assets.trajectory.streams import make_stream
+
+EEF = ActionSpace(space="eef_pose_gripper", frame="head")
+
+
+def _column(table, name: str) -> np.ndarray:
+    return table.state[:, table.state_names.index(name)].astype(np.float64)
+
+
+def _position(table, side: str) -> np.ndarray:
+    return np.stack([_column(table, f"{side}.eef.{a}") for a in "xyz"], axis=1)
+
+
+def _held(source_ns: np.ndarray, sample_ns: np.ndarray) -> np.ndarray:
+    return np.searchsorted(source_ns, sample_ns, side="right") - 1
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("synth")
+    read_so_far: dict[str, Trajectory] = {}
+
+    def read(kind: str) -> Trajectory:
+        if kind not in read_so_far:
+            folder = synthesize(kind, root / kind, seconds=2.0, seed=4)
+            read_so_far[kind] = read_capture(kind, folder)
+        return read_so_far[kind]
+
+    return read
+
+
+def test_egodex_head_frame_wrist_is_the_inverse_camera_times_the_hand(tmp_path):
+    hdf5, _ = write_egodex_episode(tmp_path / "src/train/add_remove_lid", 3, frames=45, seed=1)
+    importer = get_importer("egodex")
+    summary = import_source(
+        Storage(tmp_path / "data"), importer, open_source(str(tmp_path / "src"), importer)
+    )
+    key = summary.landed[0]
+    trajectory = read_checked_capture(key, tmp_path / "data" / "landing" / key)[0]
+    table = derive_actions(trajectory, EEF)
+    with h5py.File(hdf5) as f:
+        camera = f["transforms/camera"][()].astype(np.float64)
+        for side in ("left", "right"):
+            hand = f[f"transforms/{side}Hand"][()].astype(np.float64)
+            relative = np.linalg.inv(camera) @ hand  # the hand in the camera frame
+            assert np.abs(_position(table, side) - relative[:, :3, 3]).max() < 1e-6
+            six = np.stack([_column(table, f"{side}.eef.rot6d_{k}") for k in range(6)], axis=1)
+            delta = Rotation.from_matrix(rot6d_to_matrix(six)).inv() * Rotation.from_matrix(
+                relative[:, :3, :3]
+            )
+            assert np.degrees(delta.magnitude()).max() < 0.01
+    assert table.info["hands"]["left"]["joint_set"] == "arkit27"
+    assert set(table.info["hands"]["left"]["components"].values()) == {
+        v for v in table.info["hands"]["left"]["components"].values() if v.startswith("exact")
+    }
+
+
+def test_mano_video_head_frame_is_the_camera_of_world_to_camera(synthetic):
+    trajectory = synthetic("mano-video")
+    table = derive_actions(trajectory, EEF)
+    assert table.info["head_stream"] == "video_frames"
+    assert table.info["frame_axes"].startswith("x right, y down, looking along +z")
+    frames = trajectory.stream("video_frames")
+    w2c = frames.fields["world_to_camera"][_held(frames.timestamp_ns, table.sample_ns)]
+    for side in ("left", "right"):
+        mano = trajectory.stream(f"mano_{side}")
+        rows = _held(mano.timestamp_ns, table.sample_ns)
+        wrist = mano.fields["joints"][rows, 0]
+        expected = np.einsum("nij,nj->ni", w2c[:, :3, :3], wrist) + w2c[:, :3, 3]
+        ok = table.valid[side]
+        assert ok.mean() > 0.9
+        assert np.abs(_position(table, side)[ok] - expected[ok]).max() < 1e-6
+        tips = mano.fields["joints"][rows][:, list(FINGERTIPS["mano21"])]
+        aperture = np.linalg.norm(tips[:, 0] - tips[:, 1], axis=1)
+        assert np.abs(_column(table, f"{side}.grasp_aperture")[ok] - aperture[ok]).max() < 1e-6
+        assert table.info["hands"][side]["components"]["wrist_rotation"].startswith(
+            "exact: MANO global_orient"
+        )
+
+
+def test_vision_landmarks_get_a_derived_rotation_and_say_so(synthetic):
+    trajectory = synthetic("holos-iphone")
+    table = derive_actions(trajectory, ActionSpace(space="eef_pose_gripper", frame="world"))
+    components = table.info["hands"]["right"]["components"]
+    assert table.info["hands"]["right"]["joint_set"] == "vision21"
+    assert components["wrist_position"] == "exact: landmark 0 of vision21"
+    assert components["wrist_rotation"].startswith("approximate: derived from landmarks")
+    landmarks = trajectory.stream("hand_right_landmarks_3d")
+    rows = _held(landmarks.timestamp_ns, table.sample_ns)
+    points = landmarks.fields["position"][rows]
+    ok = table.valid["right"]
+    six = np.stack([_column(table, f"right.eef.rot6d_{k}") for k in range(6)], axis=1)[ok]
+    matrix = rot6d_to_matrix(six)
+    # the derived frame: y is the normal of the plane wrist, index base, little base ...
+    normal = np.cross(points[ok, 5] - points[ok, 0], points[ok, 17] - points[ok, 0])
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    assert np.abs(np.abs(np.sum(matrix[:, :, 1] * normal, axis=1)) - 1).max() < 1e-5
+    # ... and -z points from the wrist towards the middle-finger base
+    forward = points[ok, 9] - points[ok, 0]
+    assert (np.sum(matrix[:, :, 2] * forward, axis=1) < 0).all()
+    assert np.abs(_position(table, "right")[ok] - points[ok, 0]).max() < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["holos-visionpro", "webxr"])
+def test_skeletons_with_orientations_give_every_component_exactly(synthetic, kind):
+    trajectory = synthetic(kind)
+    table = derive_actions(trajectory, EEF)
+    for side in ("left", "right"):
+        components = table.info["hands"][side]["components"]
+        assert all(v.startswith("exact") for v in components.values()), components
+        assert table.valid[side].mean() > 0.9
+        tips = derive_actions(trajectory, ActionSpace(space="fingertips"))
+        distances = np.linalg.norm(tips.state.reshape(len(tips.state), 10, 3), axis=2)
+        finite = distances[np.isfinite(distances)]
+        assert finite.min() > 0.05 and finite.max() < 0.25
+
+
+def test_mano_without_joints_has_no_fingertips_and_says_so(synthetic):
+    trajectory = synthetic("mano-video")
+    streams = []
+    for s in trajectory.streams:
+        if s.kind == "mano":
+            fields = {k: v for k, v in s.fields.items() if k != "joints"}
+            s = make_stream(
+                s.name, s.kind, s.timestamp_ns, trajectory.info.start_ns, fields, s.attrs
+            )
+        streams.append(s)
+    bare = Trajectory(trajectory.info, tuple(streams), media=trajectory.media)
+    table = derive_actions(bare, EEF)
+    components = table.info["hands"]["left"]["components"]
+    assert components["fingertips"].startswith("absent")
+    assert components["wrist_position"].startswith("approximate: MANO transl")
+    assert np.isnan(_column(table, "left.grasp_aperture")).all()
+    assert np.isnan(_column(table, "left.gripper_closed")).all()
+    assert np.isfinite(_column(table, "left.eef.x")[table.valid["left"]]).all()
