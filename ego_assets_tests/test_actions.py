@@ -352,3 +352,41 @@ def test_from_table_round_trips_through_json():
         "(closed < 0.02 m, open > 0.03 m); hands both; actions t+1..t+4 absolute; "
         "the packing's clock"
     )
+
+
+def test_names_depend_only_on_the_space_and_declare_the_convention():
+    space = ActionSpace(
+        space="eef_pose_gripper", rotation="xyzw", relative=True, horizon=2, hands="right"
+    )
+    eef = ("x", "y", "z", "qx", "qy", "qz", "qw")
+    assert space.state_names() == (
+        *(f"right.eef.{c}" for c in eef),
+        "right.grasp_aperture",
+        "right.gripper_closed",
+    )
+    step = (*(f"right.eef.d{c}" for c in eef), "right.grasp_aperture", "right.gripper_closed")
+    assert space.action_names() == tuple(f"t+{k}.{c}" for k in (1, 2) for c in step)
+    table = derive_actions(synthetic(), space)
+    assert (table.state_names, table.action_names) == (space.state_names(), space.action_names())
+    assert set(table.valid) == {"right", "action"}
+    tips = ActionSpace(space="fingertips", relative=True, hands="dominant")
+    assert tips.action_names()[:4] == (
+        "t+1.dominant.thumb_tip.dx",
+        "t+1.dominant.thumb_tip.dy",
+        "t+1.dominant.thumb_tip.dz",
+        "t+1.dominant.index_tip.dx",
+    )
+    assert ActionSpace().state_names() == () == ActionSpace().action_names()
+
+
+def test_an_episode_without_hand_or_head_streams_gives_an_empty_table():
+    info = CaptureInfo("empty", "webxr", "test", START_NS)
+    space = ActionSpace(space="eef_pose_gripper", horizon=2)
+    table = derive_actions(Trajectory(info, ()), space)
+    assert table.state.shape == (0, 22) and table.action.shape == (0, 44)
+    assert table.info["clock"].startswith("none: the Holos rule finds no hand skeleton")
+    # on a clock of its own, a capture without hands is all NaN and invalid
+    ts = START_NS + np.arange(3, dtype=np.int64)
+    table = derive_actions(Trajectory(info, ()), space, sample_ns=ts)
+    assert np.isnan(table.state).all() and not table.valid["left"].any()
+    assert table.info["hands"]["left"]["components"]["wrist_position"].startswith("absent")

@@ -147,6 +147,9 @@ def test_mano_without_joints_has_no_fingertips_and_says_so(synthetic):
         streams.append(s)
     bare = Trajectory(trajectory.info, tuple(streams), media=trajectory.media)
     table = derive_actions(bare, EEF)
+    # no skeleton, landmarks or device pose for the Holos rule: the right hand's clock
+    assert table.sample_ns.tolist() == bare.stream("mano_right").timestamp_ns.tolist()
+    assert table.info["clock"].startswith("mano_right (right hand, the first tracked")
     components = table.info["hands"]["left"]["components"]
     assert components["fingertips"].startswith("absent")
     assert components["wrist_position"].startswith("approximate: MANO transl")

@@ -62,8 +62,6 @@ from ego_assets.formats.holos_clock import MAX_AGE_NS, hold_index, pick_master
 from ego_assets.formats.holos_tracks import sort_tracks
 from ego_assets.trajectory.model import Trajectory
 
-FINGERS = ("thumb", "index", "middle", "ring", "pinky")
-AXES = ("x", "y", "z")
 ROT6D_ORDER = "R00 R10 R20 R01 R11 R21 (first column, then second column)"
 
 
@@ -108,15 +106,36 @@ class _Hand:
 
 def demo_clock(trajectory: Trajectory, fps: float | None = None) -> tuple[np.ndarray, str]:
     """The Holos demo clock of ``trajectory`` (or a grid at ``fps`` over its span) and a
-    sentence saying which it is."""
+    sentence saying which it is.
+
+    Where the Holos rule finds no hand skeleton, landmarks or device pose (MANO without
+    joints, wrist/palm streams only), the clock is that of the hand stream read (right if
+    tracked, else left), else that of the head pose (a video's frames).
+    """
     tracks = sort_tracks(trajectory)
     master = pick_master(tracks.skeleton_world, tracks.landmarks, tracks.device)
-    ns = master.timestamp_ns
+    ns, text = master.timestamp_ns, f"the Holos demo clock: {master.description}"
+    if not len(ns):
+        ns, text = _fallback_clock(trajectory)
     if fps is None or len(ns) == 0:
-        return ns, f"the Holos demo clock: {master.description}"
+        return ns, text
     count = int(np.floor((ns[-1] - ns[0]) * fps / 1e9 + 1e-9)) + 1
     grid = ns[0] + np.rint(np.arange(count) * (1e9 / fps)).astype(np.int64)
-    return grid, f"{fps:g} Hz from the first sample of the Holos demo clock ({master.description})"
+    return grid, f"{fps:g} Hz from the first sample of {text}"
+
+
+def _fallback_clock(trajectory: Trajectory) -> tuple[np.ndarray, str]:
+    why = "the Holos rule finds no hand skeleton, landmarks or device pose"
+    for side in ("right", "left"):
+        src = hand_source(trajectory, side)
+        if src is not None and src.tracked.any():
+            names = ", ".join(src.streams)
+            text = f"{names} ({side} hand, the first tracked of right, left: {why})"
+            return np.unique(src.timestamp_ns), text
+    head = head_source(trajectory)
+    if head is not None:
+        return np.unique(head.timestamp_ns), f"{head.stream} (the head pose: {why})"
+    return np.zeros(0, np.int64), f"none: {why}, and no hand or head stream"
 
 
 def _held(ts: np.ndarray, sample_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -196,13 +215,13 @@ def _to_frame(
     t_h = head.position[h_index]
     if in_device:  # device -> world: p_w = R_h p + t_h
         return (
-            np.einsum("nij,nj->ni", r_h, position) + t_h,
-            np.einsum("nij,njk->nik", r_h, rotation),
+            (r_h @ position[:, :, None])[:, :, 0] + t_h,
+            r_h @ rotation,
             head_ok,
         )
     return (
-        np.einsum("nji,nj->ni", r_h, position - t_h),  # R_h^T (p - t_h)
-        np.einsum("nji,njk->nik", r_h, rotation),  # R_h^T R_w
+        ((position - t_h)[:, None, :] @ r_h)[:, 0],  # R_h^T (p - t_h)
+        np.swapaxes(r_h, 1, 2) @ rotation,  # R_h^T R_w
         head_ok,
     )
 
@@ -254,32 +273,10 @@ def gripper_latch(aperture: np.ndarray, close_m: float, open_m: float) -> np.nda
     return state
 
 
-def _hand_names(prefix: str, space: ActionSpace) -> list[str]:
-    if space.space == "fingertips":
-        return [f"{prefix}.{finger}_tip.{a}" for finger in FINGERS for a in AXES]
-    rot = (
-        [f"rot6d_{i}" for i in range(6)] if space.rotation == "rot6d" else ["qx", "qy", "qz", "qw"]
-    )
-    eef = [f"{prefix}.eef.{c}" for c in (*AXES, *rot)]
-    return [*eef, f"{prefix}.grasp_aperture", f"{prefix}.gripper_closed"]
-
-
-def _relative_names(prefix: str, space: ActionSpace) -> list[str]:
-    if space.space == "fingertips":
-        return [f"{prefix}.{finger}_tip.d{a}" for finger in FINGERS for a in AXES]
-    rot = (
-        [f"drot6d_{i}" for i in range(6)]
-        if space.rotation == "rot6d"
-        else ["dqx", "dqy", "dqz", "dqw"]
-    )
-    eef = [f"{prefix}.eef.{c}" for c in ("dx", "dy", "dz", *rot)]
-    return [*eef, f"{prefix}.grasp_aperture", f"{prefix}.gripper_closed"]
-
-
 def _wrist_tips(hand: _Hand) -> np.ndarray:
     """(T, 5, 3) fingertips in the wrist frame: R^T (tip - wrist)."""
     offset = hand.tips - hand.source_position[:, None, :]
-    return np.einsum("nji,nkj->nki", hand.source_rotation, offset)
+    return offset @ hand.source_rotation  # rows: (R^T v)^T
 
 
 def _hand_state(hand: _Hand, space: ActionSpace) -> np.ndarray:
@@ -299,16 +296,20 @@ def _hand_state(hand: _Hand, space: ActionSpace) -> np.ndarray:
     )
 
 
-def _relative_step(hand: _Hand, state: np.ndarray, space: ActionSpace, ahead: np.ndarray):
-    """(T, W) relative action of one hand towards rows ``ahead`` (see module docstring)."""
-    n = len(hand.valid)
-    if space.space == "fingertips":
-        tips = _wrist_tips(hand).reshape(n, 15)
-        return tips[ahead] - tips
+def _relative_steps(
+    hand: _Hand, state: np.ndarray, space: ActionSpace, ahead: np.ndarray
+) -> np.ndarray:
+    """(T, H, W) relative actions of one hand towards the (T, H) rows ``ahead``: the wrist
+    pose of each row in the wrist frame of ``t`` (see the module docstring)."""
+    if space.space == "fingertips":  # the state is the tips in the wrist frame already
+        return state[ahead] - state[:, None, :]
+    n, h = ahead.shape
     r_t = hand.source_rotation
-    dp = np.einsum("nji,nj->ni", r_t, hand.source_position[ahead] - hand.source_position)
-    dr = np.einsum("nji,njk->nik", r_t, hand.source_rotation[ahead])
-    return np.concatenate([dp, _rotation_values(dr, space.rotation), state[ahead][:, -2:]], axis=1)
+    offset = hand.source_position[ahead] - hand.source_position[:, None, :]
+    dp = offset @ r_t  # rows R_t^T (p_{t+k} - p_t)
+    dr = np.swapaxes(r_t, 1, 2)[:, None] @ hand.source_rotation[ahead]  # R_t^T R_{t+k}
+    rotation = _rotation_values(dr.reshape(n * h, 3, 3), space.rotation).reshape(n, h, -1)
+    return np.concatenate([dp, rotation, state[ahead][:, :, -2:]], axis=2)
 
 
 def _dominant(trajectory: Trajectory, sources: Mapping[str, HandSource | None], sample_ns):
@@ -394,8 +395,7 @@ def derive_actions(
         )
     states = [_hand_state(h, space) for h in hands]
     state = np.concatenate(states, axis=1) if states else np.zeros((n, 0))
-    state_names = tuple(x for h in hands for x in _hand_names(h.name, space))
-    action, action_names, action_ok = _actions(hands, states, space)
+    action, action_ok = _actions(hands, states, space)
     valid: dict[str, np.ndarray] = {h.name: h.valid for h in hands}
     for (_, side), h in zip(picked, hands, strict=True):
         valid.setdefault(side, h.valid)
@@ -404,9 +404,9 @@ def derive_actions(
     return ActionTable(
         sample_ns=sample_ns,
         state=state.astype(np.float32),
-        state_names=state_names,
+        state_names=space.state_names(),
         action=action.astype(np.float32),
-        action_names=action_names,
+        action_names=space.action_names(),
         valid=valid,
         info=info,
     )
@@ -414,28 +414,24 @@ def derive_actions(
 
 def _actions(
     hands: list[_Hand], states: list[np.ndarray], space: ActionSpace
-) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
-    """(T, H * W) actions, their names and (T,) validity (see the module docstring)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """(T, H * W) actions, step-major, and their (T,) validity (see the module docstring)."""
     n = len(hands[0].valid) if hands else 0
-    rows = np.arange(n)
-    ok = np.ones(n, bool)
-    blocks, names = [], []
+    steps = np.arange(1, space.horizon + 1)
+    wanted = np.arange(n)[:, None] + steps  # (T, H) rows t+1 .. t+H
+    ahead = np.minimum(wanted, max(n - 1, 0))
     all_valid = np.logical_and.reduce([h.valid for h in hands]) if hands else np.ones(n, bool)
-    for k in range(1, space.horizon + 1):
-        ahead = np.minimum(rows + k, max(n - 1, 0))
-        ok &= (rows + k < n) & all_valid[ahead]
-        if space.relative:
-            ok &= all_valid
-        for hand, state in zip(hands, states, strict=True):
-            if space.relative:
-                blocks.append(_relative_step(hand, state, space, ahead))
-                step_names = _relative_names(hand.name, space)
-            else:
-                blocks.append(state[ahead])
-                step_names = _hand_names(hand.name, space)
-            names += [f"t+{k}.{x}" for x in step_names]
-    action = np.concatenate(blocks, axis=1) if blocks else np.zeros((n, 0))
-    return action, tuple(names), ok
+    ok = (wanted < n).all(axis=1) & all_valid[ahead].all(axis=1)
+    if space.relative:
+        ok &= all_valid
+    blocks = [
+        _relative_steps(hand, state, space, ahead) if space.relative else state[ahead]
+        for hand, state in zip(hands, states, strict=True)
+    ]
+    if not blocks:
+        return np.zeros((n, 0)), ok
+    out = np.concatenate(blocks, axis=2)
+    return out.reshape(n, out.shape[1] * out.shape[2]), ok
 
 
 def _info(

@@ -321,7 +321,7 @@ def head_source(trajectory: Trajectory) -> HeadSource | None:
         return None
     w2c = frames.fields["world_to_camera"]
     rotation = np.swapaxes(w2c[:, :3, :3], 1, 2)  # camera -> world
-    position = -np.einsum("nij,nj->ni", rotation, w2c[:, :3, 3])
+    position = -(rotation @ w2c[:, :3, 3:])[:, :, 0]
     valid = np.isfinite(w2c).all(axis=(1, 2))
     axes = CAMERA_AXES.get(str(frames.attrs.get("camera_axes", "")), "unknown camera axes")
     return HeadSource(frames.name, frames.timestamp_ns, position, rotation, valid, axes)

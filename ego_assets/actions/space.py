@@ -16,6 +16,8 @@ SPACES = ("source", "eef_pose_gripper", "fingertips")
 FRAMES = ("head", "world")
 HANDS = ("both", "left", "right", "dominant")
 ROTATIONS = ("rot6d", "xyzw")
+FINGERS = ("thumb", "index", "middle", "ring", "pinky")
+AXES = ("x", "y", "z")
 
 
 class ActionSpaceError(ValueError):
@@ -115,6 +117,41 @@ class ActionSpace:
     def derived(self) -> bool:
         """Whether the packings derive state and actions (False for ``source``)."""
         return self.space != "source"
+
+    @property
+    def hand_prefixes(self) -> tuple[str, ...]:
+        """The hands of the state, in order: ``left, right``, one side, or ``dominant``."""
+        return ("left", "right") if self.hands == "both" else (self.hands,)
+
+    def hand_names(self, prefix: str, relative: bool = False) -> list[str]:
+        """Component names of one hand's state (``relative``: of its relative action)."""
+        d = "d" if relative else ""
+        if self.space == "fingertips":
+            return [f"{prefix}.{finger}_tip.{d}{a}" for finger in FINGERS for a in AXES]
+        rot = (
+            [f"{d}rot6d_{i}" for i in range(6)]
+            if self.rotation == "rot6d"
+            else [f"{d}q{a}" for a in ("x", "y", "z", "w")]
+        )
+        eef = [f"{prefix}.eef.{c}" for c in (*(f"{d}{a}" for a in AXES), *rot)]
+        return [*eef, f"{prefix}.grasp_aperture", f"{prefix}.gripper_closed"]
+
+    def state_names(self) -> tuple[str, ...]:
+        """Names of the state's S components (the same for every episode); () for source."""
+        if not self.derived:
+            return ()
+        return tuple(n for prefix in self.hand_prefixes for n in self.hand_names(prefix))
+
+    def action_names(self) -> tuple[str, ...]:
+        """Names of the action's H * W components, step-major: ``t+<k>.<component>``."""
+        if not self.derived:
+            return ()
+        return tuple(
+            f"t+{k}.{n}"
+            for k in range(1, self.horizon + 1)
+            for prefix in self.hand_prefixes
+            for n in self.hand_names(prefix, relative=self.relative)
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (release.json, the card, the inputs hash); every key, fixed order."""
