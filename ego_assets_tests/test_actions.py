@@ -7,7 +7,9 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 from ego_assets.actions import ActionSpace, ActionSpaceError, derive_actions
-from ego_assets.actions.derive import gripper_latch, rot6d, rot6d_to_matrix
+from ego_assets.actions.derive import gripper_latch
+from ego_assets.capture.egosmith_webdataset import rot6d_matrix as rot6d_to_matrix
+from ego_assets.formats.egosmith_lowdim import rot6d
 from ego_assets.trajectory.joints import FINGERTIPS
 from ego_assets.trajectory.model import CaptureInfo, Trajectory
 from ego_assets.trajectory.streams import make_stream
@@ -390,3 +392,14 @@ def test_an_episode_without_hand_or_head_streams_gives_an_empty_table():
     table = derive_actions(Trajectory(info, ()), space, sample_ns=ts)
     assert np.isnan(table.state).all() and not table.valid["left"].any()
     assert table.info["hands"]["left"]["components"]["wrist_position"].startswith("absent")
+
+
+def test_no_head_pose_refuses_the_head_frame_naming_the_capture():
+    headless = synthetic()
+    headless = Trajectory(headless.info, tuple(s for s in headless.streams if s.name != "head"))
+    with pytest.raises(ActionSpaceError) as caught:
+        derive_actions(headless, EEF)
+    assert caught.value.key == "frame"
+    assert caught.value.message.startswith("capture 'synthetic-actions': no head pose")
+    world = derive_actions(headless, ActionSpace(space="eef_pose_gripper", frame="world"))
+    assert world.valid["left"].all()

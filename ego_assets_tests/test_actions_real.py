@@ -18,8 +18,8 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 from ego_assets.actions import ActionSpace, ActionSpaceError, derive_actions
-from ego_assets.actions.derive import rot6d_to_matrix
 from ego_assets.capture import read_capture
+from ego_assets.capture.egosmith_webdataset import rot6d_matrix as rot6d_to_matrix
 from ego_assets.fixtures import real_fixture
 from ego_assets.trajectory.model import CaptureInfo, Trajectory
 from ego_assets.trajectory.streams import make_stream

@@ -9,8 +9,8 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 from ego_assets.actions import ActionSpace, derive_actions
-from ego_assets.actions.derive import rot6d_to_matrix
 from ego_assets.capture import read_capture, read_checked_capture
+from ego_assets.capture.egosmith_webdataset import rot6d_matrix as rot6d_to_matrix
 from ego_assets.importers import get_importer
 from ego_assets.importers.core import import_source, open_source
 from ego_assets.storage import Storage

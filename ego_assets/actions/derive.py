@@ -58,6 +58,7 @@ from ego_assets.actions.sources import (
     head_source,
 )
 from ego_assets.actions.space import ActionSpace, ActionSpaceError
+from ego_assets.formats.egosmith_lowdim import rot6d
 from ego_assets.formats.holos_clock import MAX_AGE_NS, hold_index, pick_master
 from ego_assets.formats.holos_tracks import sort_tracks
 from ego_assets.trajectory.model import Trajectory
@@ -153,7 +154,6 @@ def _hand_on_clock(
     head: HeadSource | None,
     space: ActionSpace,
     sample_ns: np.ndarray,
-    capture: str,
 ) -> _Hand:
     n = len(sample_ns)
     index, held = _held(src.timestamp_ns, sample_ns)
@@ -170,10 +170,10 @@ def _hand_on_clock(
         if src.hand_centred:
             raise ActionSpaceError(
                 "space",
-                f"capture {capture!r}: the {src.side} hand ({', '.join(src.streams)}) is only "
+                f"the {src.side} hand ({', '.join(src.streams)}) is only "
                 f"in the hand-centred frame {src.frame!r}: no wrist position in space",
             )
-        out_p, out_r, head_ok = _to_frame(src, head, space.frame, index, sample_ns, capture)
+        out_p, out_r, head_ok = _to_frame(src, position, rotation, head, space.frame, sample_ns)
         valid &= head_ok
     return _Hand(
         name=name,
@@ -188,26 +188,35 @@ def _hand_on_clock(
 
 def _to_frame(
     src: HandSource,
+    position: np.ndarray,
+    rotation: np.ndarray,
     head: HeadSource | None,
     frame: str,
-    index: np.ndarray,
     sample_ns: np.ndarray,
-    capture: str,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Wrist position and rotation of ``src`` (rows ``index``) in ``frame``, and where the
-    head pose needed for it was there (all True when none is needed)."""
+    """(T, 3) wrist positions and (T, 3, 3) rotations of ``src`` (its frame, on the
+    clock) in ``frame``, and where the head pose that needs was there (all True when
+    it needs none)."""
     n = len(sample_ns)
-    position = src.wrist[index]
-    rotation = src.rotation[index] if src.rotation is not None else np.full((n, 3, 3), np.nan)
+    where = f"the {src.side} hand ({', '.join(src.streams)})"
+    if src.frame not in ("world", "device"):
+        raise ActionSpaceError(
+            "frame", f"{where} is in the frame {src.frame!r}, not world or device"
+        )
     in_device = src.frame == "device"
     if (frame == "world") != in_device:
         return position, rotation, np.ones(n, bool)  # already in the frame asked for
-    if head is None or (in_device and head.stream not in HEAD_POSE_STREAMS):
-        where = "the device frame and no device pose in the world" if in_device else "no head pose"
+    if in_device and (head is None or head.stream not in HEAD_POSE_STREAMS):
         raise ActionSpaceError(
             "frame",
-            f"capture {capture!r}: the {src.side} hand ({', '.join(src.streams)}) is in "
-            f"{where} is recorded; frame = {frame!r} cannot be given",
+            f"{where} is in the device frame and no device pose in the world is recorded: "
+            "frame = 'world' cannot be given",
+        )
+    if head is None:
+        raise ActionSpaceError(
+            "frame",
+            f"no head pose is recorded (no {' or '.join(HEAD_POSE_STREAMS)} pose stream, no "
+            "video with world_to_camera): frame = 'head' cannot be given",
         )
     h_index, h_held = _held(head.timestamp_ns, sample_ns)
     head_ok = h_held & head.valid[h_index]
@@ -224,21 +233,6 @@ def _to_frame(
         np.swapaxes(r_h, 1, 2) @ rotation,  # R_h^T R_w
         head_ok,
     )
-
-
-def rot6d(rotation: np.ndarray) -> np.ndarray:
-    """(..., 6) first column then second column of (..., 3, 3) rotation matrices."""
-    return np.concatenate([rotation[..., :, 0], rotation[..., :, 1]], axis=-1)
-
-
-def rot6d_to_matrix(six: np.ndarray) -> np.ndarray:
-    """(..., 3, 3) rotation from (..., 6) rot6d: Gram-Schmidt on the two columns, the third
-    their cross product (Zhou et al. 2019)."""
-    a, b = six[..., :3], six[..., 3:]
-    x = a / np.linalg.norm(a, axis=-1, keepdims=True)
-    b = b - np.sum(x * b, axis=-1, keepdims=True) * x
-    y = b / np.linalg.norm(b, axis=-1, keepdims=True)
-    return np.stack([x, y, np.cross(x, y)], axis=-1)
 
 
 def quaternions(rotation: np.ndarray) -> np.ndarray:
@@ -368,7 +362,17 @@ def derive_actions(
     """
     if not space.derived:
         raise ActionSpaceError("space", "'source' keeps each packing's own vectors: no derivation")
-    capture = trajectory.info.capture_id
+    try:
+        return _derive(trajectory, space, sample_ns)
+    except ActionSpaceError as exc:  # the setting this capture cannot give, naming it
+        raise ActionSpaceError(
+            exc.key, f"capture {trajectory.info.capture_id!r}: {exc.message}"
+        ) from None
+
+
+def _derive(
+    trajectory: Trajectory, space: ActionSpace, sample_ns: np.ndarray | None
+) -> ActionTable:
     if sample_ns is None:
         sample_ns, clock = demo_clock(trajectory, space.fps)
     else:
@@ -391,7 +395,7 @@ def derive_actions(
         hands.append(
             _absent_hand(name, n)
             if src is None
-            else _hand_on_clock(name, src, head, space, sample_ns, capture)
+            else _hand_on_clock(name, src, head, space, sample_ns)
         )
     states = [_hand_state(h, space) for h in hands]
     state = np.concatenate(states, axis=1) if states else np.zeros((n, 0))
