@@ -20,6 +20,11 @@
   earlier merge (``reuse.folder``): their data and video files are hard-linked from it
   (copied across file systems), nothing of them is rewritten; only their rows and stats
   are read.
+* ``replace`` (`Replacement`): vector columns (a release's declared ``observation.state``
+  and ``action``) computed per shard from its rows and metadata replace the shard's own;
+  their features (one name per component), per-episode stats and dataset stats are
+  computed from the new values, NaN left out (`nan_column_stats`), every other column
+  and the videos as without it.
 * ``ceres/episodes/episode-<shard index>.json`` keeps each shard's episode metadata (a
   hard link to the shard's file when that holds the bytes `write_json` would write: the
   exporter's do; creating a file costs several times a link on some file systems),
@@ -32,7 +37,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter, deque
-from collections.abc import Collection, Generator
+from collections.abc import Callable, Collection, Generator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -85,6 +90,21 @@ class Reuse:
 
 
 @dataclass(frozen=True, slots=True)
+class Replacement:
+    """Vector columns that replace the shards' own (see the module docstring).
+
+    ``features``: feature name -> its ``meta/info.json`` entry (float32, shape, names);
+    ``reads``: the shard columns ``columns`` needs; ``columns(metadata, rows)``: the new
+    (rows, D) float32 values of every feature for one shard (its episode metadata and
+    its rows, those columns at least).
+    """
+
+    features: Mapping[str, dict[str, Any]]
+    reads: tuple[str, ...]
+    columns: Callable[[dict[str, Any], pa.Table], Mapping[str, np.ndarray]]
+
+
+@dataclass(frozen=True, slots=True)
 class MergeResult:
     """What `merge_shards` wrote."""
 
@@ -128,6 +148,34 @@ def aggregate_stats(stacked: dict[str, dict[str, np.ndarray]]) -> dict:
             if name.startswith("q"):
                 agg[name] = (weights * np.asarray(items[name], dtype=np.float64)).sum(axis=0)
         out[feature] = agg
+    return out
+
+
+def nan_column_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """`column_stats` of (N, D) floats with NaN left out, per component: a component with
+    no finite value has NaN stats; ``count`` is the rows (N,), as LeRobot counts frames."""
+    data = np.asarray(values, dtype=np.float64).reshape(len(values), -1)
+    finite = np.isfinite(data)
+    if finite.all():
+        return column_stats(data)
+    out = {
+        "min": np.full(data.shape[1], np.nan),
+        "max": np.full(data.shape[1], np.nan),
+        "mean": np.full(data.shape[1], np.nan),
+        "std": np.full(data.shape[1], np.nan),
+        "count": np.array([len(data)], dtype=np.int64),
+    }
+    for q in QUANTILES:
+        out[quantile_name(q)] = np.full(data.shape[1], np.nan)
+    some = finite.any(axis=0)
+    if some.any():
+        kept = data[:, some]
+        out["min"][some] = np.nanmin(kept, axis=0)
+        out["max"][some] = np.nanmax(kept, axis=0)
+        out["mean"][some] = np.nanmean(kept, axis=0)
+        out["std"][some] = np.nanstd(kept, axis=0)
+        for q, row in zip(QUANTILES, np.nanquantile(kept, QUANTILES, axis=0), strict=True):
+            out[quantile_name(q)][some] = row
     return out
 
 
@@ -387,14 +435,14 @@ class _Episode:
     video_bytes: int = 0
 
 
-def _read_episode(shard: Path, linked: bool, video: bool) -> _Episode:
-    """Read shard ``shard`` for the merge: its rows (only ``task_index`` when ``linked``),
-    tasks file, stats, episode metadata, and its mp4 opened (``video``)."""
+def _read_episode(shard: Path, linked: bool, video: bool, reads: tuple[str, ...] = ()) -> _Episode:
+    """Read shard ``shard`` for the merge: its rows (only ``task_index`` and ``reads``
+    when ``linked``), tasks file, stats, episode metadata, and its mp4 opened (``video``)."""
     data_file = _one(shard, "data", ".parquet")
     raw = data_file.read_bytes()
     metadata_raw = (shard / METADATA_FILE).read_bytes()
     episode = _Episode(
-        table=_read_parquet(raw, ["task_index"] if linked else None),
+        table=_read_parquet(raw, ["task_index", *reads] if linked else None),
         data_bytes=len(raw),
         tasks=(shard / TASKS_FILE).read_bytes(),
         stats=json_loads((shard / STATS_FILE).read_bytes()),
@@ -411,7 +459,7 @@ def _read_episode(shard: Path, linked: bool, video: bool) -> _Episode:
 
 
 def _read_ahead(
-    jobs: list[tuple[Path, bool]], video: bool, depth: int = 4
+    jobs: list[tuple[Path, bool]], video: bool, depth: int = 4, reads: tuple[str, ...] = ()
 ) -> Generator[_Episode, None, None]:
     """`_read_episode` of each (shard, linked) in order, up to ``depth`` shards ahead on a
     thread of its own: its Parquet decoding, file reads and the mp4's stream probing
@@ -420,7 +468,7 @@ def _read_ahead(
         pending: deque[Future[_Episode]] = deque()
         try:
             for shard, linked in jobs:
-                pending.append(pool.submit(_read_episode, shard, linked, video))
+                pending.append(pool.submit(_read_episode, shard, linked, video, reads))
                 if len(pending) > depth:
                     yield pending.popleft().result()
             while pending:
@@ -468,13 +516,15 @@ def merge_shards(
     breaks: Collection[int] = (),
     reuse: Reuse | None = None,
     split: str = "train",
+    replace: Replacement | None = None,
 ) -> MergeResult:
     """Merge shard folders (in the given order) into the empty folder ``out``.
 
     ``data_version`` (what the caller derived the inputs' identity from) is recorded in
     ``ceres/merge.json``; ``split`` names the episode range in ``meta/info.json``;
     ``breaks`` and ``reuse``: see the module docstring (``reuse`` is ignored when the
-    earlier merge chose another fps or camera shape).
+    earlier merge chose another fps or camera shape), ``replace``: see the module
+    docstring.
     """
 
     infos = [json_loads((s / INFO_FILE).read_bytes()) for s in shards]
@@ -505,7 +555,8 @@ def merge_shards(
     episode_rows: list[dict[str, Any]] = []
     features = list(included[0][2]["features"])
     renumbered = [f for f in RENUMBERED if f in features]
-    stats = _StatsStack([f for f in features if f not in renumbered])
+    replaced = _Replaced(replace)
+    stats = _StatsStack([f for f in features if f not in renumbered and f not in replaced])
     lengths: list[int] = []
     first_task: list[int] = []
     varying_tasks: dict[int, dict[str, np.ndarray]] = {}  # episodes of several tasks
@@ -515,7 +566,7 @@ def merge_shards(
     jobs = [
         (shard, reuse is not None and position < reuse.shards) for position, shard, _ in included
     ]
-    read = _read_ahead(jobs, camera_shape is not None)
+    read = _read_ahead(jobs, camera_shape is not None, reads=replace.reads if replace else ())
     try:
         for new_index, ((position, shard, _), episode) in enumerate(
             zip(included, read, strict=True)
@@ -527,6 +578,7 @@ def merge_shards(
             table = episode.table
             n = table.num_rows
             task_index = tasks.remap(episode.tasks)[table.column("task_index").to_numpy()]
+            table = replaced.apply(episode.metadata, table, linked)
             if not linked:
                 for name, values in (
                     ("episode_index", np.full(n, new_index, dtype=np.int64)),
@@ -591,8 +643,9 @@ def merge_shards(
     finally:
         read.close()
         writers.close()
-    episode_stats = _episode_stats(stats.stacked(), features, lengths, first_task, varying_tasks)
-    features_info = included[0][2]["features"]
+    stacked = {**stats.stacked(), **replaced.stacked()}
+    episode_stats = _episode_stats(stacked, features, lengths, first_task, varying_tasks)
+    features_info = {**included[0][2]["features"], **replaced.features}
     if camera_shape is not None:
         first_video = out / VIDEO_PATH.format(video_key=CAMERA_KEY, chunk_index=0, file_index=0)
         features_info = {
@@ -609,14 +662,58 @@ def merge_shards(
     info["splits"] = {split: f"0:{m}"}
     write_json(out / INFO_FILE, info)
     dtypes = {k: v["dtype"] for k, v in features_info.items()}
-    write_json(
-        out / STATS_FILE, stats_to_json(aggregate_stats(episode_stats), dtypes), compact=True
-    )
+    dataset_stats = {**aggregate_stats(episode_stats), **replaced.dataset_stats()}
+    write_json(out / STATS_FILE, stats_to_json(dataset_stats, dtypes), compact=True)
     write_json(
         out / MERGE_FILE, {"data_version": data_version, "episodes": merged, "excluded": excluded}
     )
     write_receipt(out)
     return MergeResult(m, offset, len(tasks.texts), excluded)
+
+
+class _Replaced:
+    """The merge's side of a `Replacement` (none: every method a no-op): the new columns
+    set into each episode's rows, their stats per episode and over the dataset."""
+
+    def __init__(self, replace: Replacement | None) -> None:
+        self.replace = replace
+        self.features: dict[str, dict[str, Any]] = dict(replace.features) if replace else {}
+        self.values: dict[str, list[np.ndarray]] = {f: [] for f in self.features}
+        self.per_episode: dict[str, list[dict[str, np.ndarray]]] = {f: [] for f in self.features}
+
+    def __contains__(self, feature: str) -> bool:
+        return feature in self.features
+
+    def apply(self, metadata: dict[str, Any], table: pa.Table, linked: bool) -> pa.Table:
+        """``table`` with the new columns (a linked episode's rows are not written: only
+        their values and stats are kept)."""
+        if self.replace is None:
+            return table
+        new = self.replace.columns(metadata, table)
+        for feature in self.features:
+            values = np.ascontiguousarray(new[feature], dtype=np.float32)
+            width = self.features[feature]["shape"][0]
+            if values.shape != (table.num_rows, width):
+                raise ValueError(
+                    f"capture {metadata['episode']['capture_key']}: {feature}: "
+                    f"{values.shape} values for {table.num_rows} rows of width {width}"
+                )
+            self.values[feature].append(values)
+            self.per_episode[feature].append(nan_column_stats(values))
+            if not linked:
+                column = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), width)
+                table = table.set_column(table.schema.get_field_index(feature), feature, column)
+        return table
+
+    def stacked(self) -> dict[str, dict[str, np.ndarray]]:
+        return {
+            f: {name: np.stack([s[name] for s in episodes]) for name in STAT_NAMES}
+            for f, episodes in self.per_episode.items()
+        }
+
+    def dataset_stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """Stats over every row of the dataset (exact quantiles: the values are small)."""
+        return {f: nan_column_stats(np.concatenate(v)) for f, v in self.values.items() if v}
 
 
 def _episode_stats(

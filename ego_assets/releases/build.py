@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ego_assets.actions import ActionSpace
 from ego_assets.catalog.receipts import artefact_digest
 from ego_assets.catalog.warehouse import catalog_database
 from ego_assets.formats.egosmith_webdataset import DEFAULT_SHARD_BYTES
 from ego_assets.releases.apart import run_apart
 from ego_assets.releases.card import CARD_FILE, dataset_card
 from ego_assets.releases.consent import apply_withdrawals, load_withdrawals
+from ego_assets.releases.derived import SourceNotes, describe_json, names_of
 from ego_assets.releases.layout import PartPlan, plan_parts
 from ego_assets.releases.lerobot import pack_lerobot, receipt_digests
 from ego_assets.releases.manifest import (
@@ -39,7 +41,7 @@ from ego_assets.releases.manifest import (
 from ego_assets.releases.robomimic import FOLDER as ROBOMIMIC_FOLDER
 from ego_assets.releases.robomimic import pack_robomimic
 from ego_assets.releases.select import ReleaseEpisode, SelectionResult, select_episodes
-from ego_assets.releases.spec import RELEASES_DIR, ReleaseSpec, load_spec, spec_path
+from ego_assets.releases.spec import RELEASES_DIR, ReleaseSpec, actions_of, load_spec, spec_path
 from ego_assets.releases.webdataset import FOLDER as WEBDATASET_FOLDER
 from ego_assets.releases.webdataset import pack_webdataset
 from ego_assets.storage import Storage
@@ -111,6 +113,8 @@ def _pack_version(
     spec = head["spec"]
     splits = list(spec["split"]["fractions"])
     wanted = spec["release"]["formats"]
+    space = actions_of(spec)  # `source` keeps every format's own vectors and bytes
+    notes = SourceNotes()
     known = None
     if plan.previous is not None and previous_files is not None:
         known = (plan.previous, previous_files)
@@ -121,18 +125,26 @@ def _pack_version(
         jobs: dict[str, Future[Any]] = {}
         if "webdataset" in wanted:
             shard_bytes = head["packing"]["webdataset_shard_bytes"]
-            args = (root, episodes, splits, tmp, shard_bytes, plan)
+            args = (root, episodes, splits, tmp, shard_bytes, plan, space)
             if len(episodes) >= PROCESS_MIN_EPISODES:
                 jobs["webdataset"] = pool.submit(run_apart, pack_webdataset, *args)
             else:
                 jobs["webdataset"] = pool.submit(pack_webdataset, *args)
         if "robomimic" in wanted:
             jobs["robomimic"] = pool.submit(
-                _pack_robomimic_hashed, root, episodes, splits, tmp, plan, known
+                _pack_robomimic_hashed, root, episodes, splits, tmp, plan, known, space, notes
             )
         if "lerobot" in wanted:
             jobs["lerobot"] = pool.submit(
-                pack_lerobot, root, episodes, splits, tmp, head["inputs_sha256"], plan
+                pack_lerobot,
+                root,
+                episodes,
+                splits,
+                tmp,
+                head["inputs_sha256"],
+                plan,
+                space,
+                notes,
             )
         done = {fmt: job.result() for fmt, job in jobs.items()}
     formats: dict[str, Any] = {}
@@ -149,6 +161,16 @@ def _pack_version(
         formats["lerobot"] = done["lerobot"]
         hashed.update(receipt_digests(tmp, formats["lerobot"]))
     manifest = {**head, "formats": formats}
+    if space.derived:  # a `source` manifest is as before the action spaces
+        if "webdataset" in done:
+            notes.merge(done["webdataset"]["actions"]["sources"])
+        state_names, action_names = names_of(space, root, episodes[0].capture_key)
+        manifest["actions"] = {
+            **describe_json(space),
+            "state_names": list(state_names),
+            "action_names": list(action_names),
+            "sources": notes.to_json(),
+        }
     (tmp / CARD_FILE).write_text(dataset_card(manifest), encoding="utf-8")
     manifest["files"] = file_records(tmp, known, hashed)
     (tmp / MANIFEST_FILE).write_bytes(manifest_bytes(manifest))
@@ -162,11 +184,13 @@ def _pack_robomimic_hashed(
     tmp: Path,
     plan: PartPlan,
     known: tuple[Path, list[dict[str, Any]]] | None,
+    space: ActionSpace | None = None,
+    notes: SourceNotes | None = None,
 ) -> tuple[dict[str, Any], dict[str, tuple[int, str]]]:
     """`pack_robomimic`, then (bytes, SHA-256) of its files (path below ``tmp``) as
     `file_records` takes them: hashed on the robomimic thread, which is done long before
     the LeRobot merge (its episode files are links, packed in no time), not after it."""
-    packed = pack_robomimic(root, episodes, splits, tmp, plan)
+    packed = pack_robomimic(root, episodes, splits, tmp, plan, space, notes)
     prefix = f"{ROBOMIMIC_FOLDER}/"
     if known is not None:  # the previous version's robomimic files, paths below its folder
         earlier, records = known
@@ -253,8 +277,10 @@ def build_version(
         if latest is not None and latest.get("inputs_sha256") == digest:
             return BuildResult(have[-1], folder / f"v{have[-1]}", False, latest)
         number = (have[-1] if have else 0) + 1
-        same_packer = latest is not None and all(
-            latest.get(k) == inputs[k] for k in ("writer_version", "packing")
+        same_packer = (
+            latest is not None
+            and all(latest.get(k) == inputs[k] for k in ("writer_version", "packing"))
+            and latest["spec"].get("actions") == inputs["spec"].get("actions")
         )
         plan = plan_parts(
             selection.episodes,

@@ -74,6 +74,37 @@ def _table(manifest: dict[str, Any], column: str) -> list[str]:
     return lines
 
 
+def _actions_section(actions: dict[str, Any]) -> list[str]:
+    """The card's "State and actions" section (a derived action space)."""
+    space = actions["space"]
+    lines = ["## State and actions", "", actions["describe"], ""]
+    lines += ["| setting | value |", "|---|---|"]
+    lines += [f"| {k} | {json.dumps(space[k])} |" for k in space]
+    lines += [
+        "",
+        f"State: {len(actions['state_names'])} values per sample "
+        f"(`{actions['state_names'][0]}` ... `{actions['state_names'][-1]}`); "
+        f"action: {len(actions['action_names'])} "
+        f"(`{actions['action_names'][0]}` ... `{actions['action_names'][-1]}`). "
+        "A hand not tracked at a sample is NaN with its valid flag false, never a zero pose. "
+        "Rotation: "
+        + (
+            "rot6d, the first two columns of the wrist rotation (R00 R10 R20 R01 R11 R21)."
+            if space["rotation"] == "rot6d"
+            else "quaternion xyzw (w >= 0)."
+        ),
+    ]
+    sources = actions.get("sources", {})
+    for axes in sources.get("frame_axes", []):
+        lines.append(f"Head frame axes: {axes}.")
+    if sources.get("joint_sets"):
+        lines += ["", "| joint set | hands | component | how |", "|---|---:|---|---|"]
+        for name, entry in sources["joint_sets"].items():
+            for component, how in sorted(entry["components"].items()):
+                lines.append(f"| {name} | {entry['hands']} | {component} | {how} |")
+    return lines
+
+
 def dataset_card(manifest: dict[str, Any]) -> str:
     """The ``README.md`` text of a release version (see the module docstring)."""
     spec = manifest["spec"]
@@ -108,6 +139,8 @@ def dataset_card(manifest: dict[str, Any]) -> str:
         f"Selected but left out (no current export of a release format): {len(left_out)}.",
     ]
     lines += [f"- {item['capture_key']}: {item['reason']}" for item in left_out]
+    if manifest.get("actions"):
+        lines += ["", *_actions_section(manifest["actions"])]
     if manifest.get("notes"):
         lines += ["", "## Notes", ""]
         lines += [f"- {note}" for note in manifest["notes"]]

@@ -100,7 +100,7 @@ def run_build(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def run_diff(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Print the episodes added, removed and changed from version VA to VB."""
     from ego_assets.releases.build import read_manifest
-    from ego_assets.releases.manifest import diff_manifests
+    from ego_assets.releases.manifest import diff_manifests, spec_changes
 
     out = out or sys.stdout
     root = Path(args.data)
@@ -111,6 +111,8 @@ def run_diff(args: argparse.Namespace, out: TextIO | None = None) -> int:
         f"{len(diff['removed'])} removed, {len(diff['changed'])} changed",
         file=out,
     )
+    for line in spec_changes(a, b):
+        print(f"* {line}", file=out)
     for kind, sign in (("added", "+"), ("removed", "-"), ("changed", "~")):
         for item in diff[kind]:
             print(

@@ -11,6 +11,11 @@ keeps at the same place (``PartPlan.prefix``) keep their data and video files: t
 hard-linked from the previous version; appended episodes land in new files. The merge
 leaves out shards whose fps or camera shape differ from the most common one; those are
 listed under ``excluded`` (capture keys) in the manifest.
+
+With a derived action space (``[actions]``), each frame's ``observation.state`` and
+``action`` are the `derived` vectors at that frame's source-clock time, with one name
+per component in ``meta/info.json`` and their stats (NaN left out); everything else is
+the merge's.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ego_assets.actions import ActionSpace
 from ego_assets.formats.ceres_lerobot import RECEIPT_FILE
-from ego_assets.formats.ceres_merge import MERGE_FILE, Reuse, merge_shards
+from ego_assets.formats.ceres_merge import MERGE_FILE, Replacement, Reuse, merge_shards
+from ego_assets.releases.derived import CERES_READS, LeRobotActions, SourceNotes, names_of
 from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
 
@@ -36,9 +43,12 @@ def pack_lerobot(
     out: Path,
     data_version: str,
     plan: PartPlan | None = None,
+    space: ActionSpace | None = None,
+    notes: SourceNotes | None = None,
 ) -> dict[str, Any]:
     """Write ``out/lerobot/<split>/`` from the episodes' CERES shards below the data root
-    ``root`` (``plan``: the parts; default one part ``v1`` in the given order).
+    ``root`` (``plan``: the parts; default one part ``v1`` in the given order; ``space``:
+    the declared action space, default ``source``).
 
     Returns:
         ``{"root", "datasets": {split: {"root", "episodes"}}, "episodes": {capture key:
@@ -50,6 +60,11 @@ def pack_lerobot(
     datasets: dict[str, Any] = {}
     index: dict[str, int] = {}
     excluded: list[str] = []
+    replace = None
+    if space is not None and space.derived and episodes:
+        actions = LeRobotActions(Path(root), space, notes)
+        names = names_of(space, Path(root), episodes[0].capture_key)
+        replace = Replacement(actions.features(*names), CERES_READS, actions.columns)
     for split in splits:
         ordered = [e for e in plan.ordered(episodes) if e.split == split]
         if not ordered:
@@ -64,7 +79,13 @@ def pack_lerobot(
             reuse = Reuse(earlier, kept)
         shards = [Path(root) / e.exports[EXPORT_NAME]["path"] for e in ordered]
         merge_shards(
-            shards, target, data_version=data_version, breaks=breaks, reuse=reuse, split=split
+            shards,
+            target,
+            data_version=data_version,
+            breaks=breaks,
+            reuse=reuse,
+            split=split,
+            replace=replace,
         )
         merged = json.loads((target / MERGE_FILE).read_text())["episodes"]
         got = {m["capture_key"]: int(m["episode_index"]) for m in merged}

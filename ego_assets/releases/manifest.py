@@ -109,6 +109,24 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return why
 
 
+def _space_line(actions: dict[str, Any] | None) -> str:
+    """One line of a manifest's spec ``actions`` (absent: ``source``)."""
+    if not actions or actions.get("space", "source") == "source":
+        return "source"
+    keys = ("frame", "hands", "rotation", "horizon", "relative", "gripper_close_m")
+    keys += ("gripper_open_m", "fps")
+    return f"{actions['space']} (" + ", ".join(f"{k} {actions.get(k)}" for k in keys) + ")"
+
+
+def spec_changes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What changed in the release as a whole from manifest ``a`` to ``b``: the action
+    space (every episode's packed vectors change with it)."""
+    old, new = a["spec"].get("actions"), b["spec"].get("actions")
+    if old == new:
+        return []
+    return [f"action space {_space_line(old)} -> {_space_line(new)}"]
+
+
 def diff_manifests(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Episodes added, removed and changed from manifest ``a`` to ``b``, each with why.
 

@@ -15,6 +15,17 @@ place, never written through, so the link keeps the bytes the manifest lists. No
 an episode is rewritten: its demo is the export's, with its chunks, filters, attributes
 and dimension scales as they are. A new version rewrites only ``release.hdf5`` (links,
 masks, keys: a few kB per thousand episodes).
+
+With a derived action space (``[actions]``), ``demo_<i>`` is a group of ``release.hdf5``
+instead (`_derived_demo`): the demo's attributes copied, each of its datasets and
+groups an external link into the episode file as before (its ``actions`` as
+``source_actions``), ``obs`` and ``next_obs`` groups of links plus the derived obs
+(`derived.obs_groups`: ``eef_pose_<hand>``, ``grasp_aperture_<hand>``,
+``gripper_closed_<hand>``, ``fingertips_<hand>``, ``valid_<hand>``; ``next_obs`` one
+sample later, the last row repeated), ``actions`` (T, A) with its ``action_component``
+names as a dimension scale, and ``actions_valid``. Every value comes from
+`derived.derive` on the demo's own ``timestamp_ns``; the episode files stay as exported.
+``/data``'s ``ego_actions`` attribute holds the space and the names as JSON.
 """
 
 from __future__ import annotations
@@ -26,7 +37,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ego_assets.fileio import link_or_copy
+from ego_assets.actions import ActionSpace
+from ego_assets.fileio import json_bytes, link_or_copy
+from ego_assets.releases.derived import SourceNotes, derive, describe_json, obs_groups
 from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
 
@@ -43,9 +56,12 @@ def pack_robomimic(
     splits: Sequence[str],
     out: Path,
     plan: PartPlan | None = None,
+    space: ActionSpace | None = None,
+    notes: SourceNotes | None = None,
 ) -> dict[str, Any]:
     """Write ``out/robomimic/`` from the episodes' Holos HDF5 exports below the data root
-    ``root``, demos in ``plan``'s order (default: one part ``v1`` in the given order).
+    ``root``, demos in ``plan``'s order (default: one part ``v1`` in the given order),
+    in the declared action ``space`` (default ``source``: each demo a link).
 
     Returns:
         ``{"file", "total", "demos": {capture key: demo name}, "splits": {split: count}}``.
@@ -56,6 +72,8 @@ def pack_robomimic(
     demos: dict[str, str] = {}
     total = 0
     env_args = None
+    derived = space is not None and space.derived
+    clocks: dict[str, np.ndarray] = {}
     for i, episode in enumerate(ordered):
         source = Path(root) / episode.exports[EXPORT_NAME]["path"]
         target = folder / EPISODES / f"{episode.capture_key}.hdf5"
@@ -65,13 +83,23 @@ def pack_robomimic(
                 total += int(f[SOURCE_DEMO].attrs["num_samples"])
                 if env_args is None:
                     env_args = f["data"].attrs["env_args"]
+                if derived:
+                    clocks[episode.capture_key] = f[SOURCE_DEMO]["timestamp_ns"][...]
         except (OSError, KeyError) as exc:
             raise ValueError(f"capture {episode.capture_key}: {source}: {exc}") from None
         demos[episode.capture_key] = f"demo_{i}"
     with h5py.File(folder / FILE, "w", track_order=True) as f:
         data = f.create_group("data")
+        names = None
         for key, name in demos.items():
-            data[name] = h5py.ExternalLink(f"{EPISODES}/{key}.hdf5", SOURCE_DEMO)
+            if space is not None and derived:
+                table = derive(Path(root), key, space, clocks[key], notes)
+                names = names or table
+                _derived_demo(data, name, folder, key, table)
+            else:
+                data[name] = h5py.ExternalLink(f"{EPISODES}/{key}.hdf5", SOURCE_DEMO)
+        if space is not None and derived:
+            data.attrs["ego_actions"] = json_bytes(describe_json(space, names)).decode()
         data.attrs["env_args"] = env_args
         data.attrs["total"] = np.int64(total)
         f.create_dataset("ego/capture_keys", data=np.array(list(demos), dtype="S"))
@@ -82,3 +110,52 @@ def pack_robomimic(
             mask.create_dataset(split, data=np.array(names, dtype="S"))
             counts[split] = len(names)
     return {"file": f"{FOLDER}/{FILE}", "total": total, "demos": demos, "splits": counts}
+
+
+def _derived_demo(data: h5py.Group, name: str, folder: Path, key: str, table: Any) -> None:
+    """``data/<name>`` as a group over the episode file with the derived obs and actions
+    of ``table`` (`ActionTable`; see the module docstring)."""
+    target = f"{EPISODES}/{key}.hdf5"
+    demo = data.create_group(name, track_order=True)
+    with h5py.File(folder / target, "r") as f:
+        source = f[SOURCE_DEMO]
+        for attr, value in source.attrs.items():
+            demo.attrs[attr] = value
+        children = {
+            child: set(source[child]) if isinstance(source[child], h5py.Group) else None
+            for child in source
+        }
+    for child, members in children.items():
+        if child in ("obs", "next_obs"):
+            group = demo.create_group(child, track_order=True)
+            for member in sorted(members or ()):
+                group[member] = h5py.ExternalLink(target, f"{SOURCE_DEMO}/{child}/{member}")
+        elif child != "action_component":  # the source actions' own scale: ours replaces it
+            demo["source_actions" if child == "actions" else child] = h5py.ExternalLink(
+                target, f"{SOURCE_DEMO}/{child}"
+            )
+    obs = demo.require_group("obs")
+    next_obs = demo.require_group("next_obs")
+    n = len(table.sample_ns)
+    later = np.minimum(np.arange(n) + 1, max(n - 1, 0))
+    for obs_key, columns in obs_groups(table.state_names).items():
+        values = np.ascontiguousarray(table.state[:, columns], dtype=np.float32)
+        for group, rows in ((obs, values), (next_obs, values[later])):
+            ds = group.create_dataset(obs_key, data=rows)
+            ds.attrs["names"] = [table.state_names[c] for c in columns]
+    for hand in sorted(k for k in table.valid if k != "action"):
+        if f"valid_{hand}" in obs or not any(n_.startswith(f"{hand}.") for n_ in table.state_names):
+            continue
+        flag = table.valid[hand].astype(np.float32)[:, None]
+        obs.create_dataset(f"valid_{hand}", data=flag)
+        next_obs.create_dataset(f"valid_{hand}", data=flag[later])
+    scale = demo.create_dataset(
+        "action_component",
+        data=np.array(list(table.action_names), dtype=object),
+        dtype=h5py.string_dtype(),
+    )
+    scale.make_scale("action_component")
+    actions = demo.create_dataset("actions", data=np.asarray(table.action, dtype=np.float32))
+    actions.dims[1].attach_scale(scale)
+    actions.attrs["comment"] = "derived action space: see /data attribute ego_actions"
+    demo.create_dataset("actions_valid", data=table.valid["action"].astype(np.uint8))

@@ -26,6 +26,19 @@ refused with `SpecError` naming the file and the key)::
     seed = 0
     fractions = { train = 0.9, valid = 0.1 }
 
+    [actions]                        # the declared state/action space (`ActionSpace`)
+    space = "eef_pose_gripper"       # source (default) | eef_pose_gripper | fingertips
+    frame = "head"                   # head | world
+    hands = "both"                   # both | left | right | dominant
+    rotation = "rot6d"               # rot6d | xyzw
+    horizon = 1                      # future samples per action
+    relative = false
+    gripper_close_m = 0.03           # and gripper_open_m (hysteresis), fps
+
+A spec without ``[actions]`` (or with ``space = "source"``) packs each format's own
+vectors; its JSON (`ReleaseSpec.to_json`) has no ``actions`` table then, so a release
+cut before the table existed keeps its inputs hash and its bytes.
+
 The split of an episode is a function of (seed, group key) alone (`assign_split`), so an
 episode keeps its split when the release grows or shrinks.
 """
@@ -42,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ego_assets.actions import ActionSpace, ActionSpaceError
 from ego_assets.exports import registry
 
 RELEASES_DIR = "releases"
@@ -50,7 +64,7 @@ QUALITY_VERDICTS = ("pass", "warn", "fail", "pending")
 GATE_DECISIONS = ("allowed", "blocked", "pending")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 SPLIT_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-TABLES = ("release", "select", "split")
+TABLES = ("release", "select", "split", "actions")
 RELEASE_KEYS = ("licence", "description", "formats")
 LIST_FILTERS = {  # spec key -> column of `episodes`
     "tasks": "task",
@@ -100,6 +114,7 @@ class ReleaseSpec:
     formats: tuple[str, ...] = ("webdataset",)  # export policy keys
     selection: Selection = field(default_factory=Selection)
     split: SplitRule = field(default_factory=SplitRule)
+    actions: ActionSpace = field(default_factory=ActionSpace)
 
     def export_names(self) -> tuple[str, ...]:
         """The registry names (``egosmith_shards``...) of the release's formats."""
@@ -120,7 +135,7 @@ class ReleaseSpec:
             select["waived"] = sel.waived
         if sel.where is not None:
             select["where"] = sel.where
-        return {
+        out: dict[str, Any] = {
             "release": {
                 "licence": self.licence,
                 "description": self.description,
@@ -133,6 +148,9 @@ class ReleaseSpec:
                 "fractions": dict(self.split.fractions),
             },
         }
+        if self.actions.derived:  # `source`: the JSON (and inputs hash) of before [actions]
+            out["actions"] = self.actions.to_json()
+        return out
 
 
 def spec_path(root: Path, name: str) -> Path:
@@ -198,6 +216,7 @@ def parse_spec(data: Mapping[str, Any], name: str, where: str = "release spec") 
         formats=formats,
         selection=_selection(data.get("select", {}), fail),
         split=_split(data.get("split", {}), fail),
+        actions=_actions(data.get("actions", {}), fail),
     )
 
 
@@ -271,6 +290,18 @@ def _split(table: Mapping[str, Any], fail: Any) -> SplitRule:
     if not math.isclose(total, 1.0, abs_tol=1e-9):
         raise fail("split.fractions", f"fractions sum to {total:g}, not 1")
     return SplitRule(by, seed, tuple(pairs))
+
+
+def _actions(table: Mapping[str, Any], fail: Any) -> ActionSpace:
+    try:
+        return ActionSpace.from_table(table)
+    except ActionSpaceError as exc:
+        raise fail(f"actions.{exc.key}", exc.message) from None
+
+
+def actions_of(spec_json: Mapping[str, Any]) -> ActionSpace:
+    """The action space of a manifest's ``spec`` (no ``actions`` table: ``source``)."""
+    return ActionSpace(**spec_json["actions"]) if "actions" in spec_json else ActionSpace()
 
 
 def split_bucket(seed: int, group: str) -> float:

@@ -13,10 +13,17 @@ release split is the shard's folder (and the index), not ``meta.json``'s ``split
 ``index.json`` lets a loader shuffle shards and resume: per split its shards, episodes and
 samples; per shard its path, split, sample count, bytes, SHA-256 and the byte offset of
 every sample's first tar header; per episode its split, first shard and offset, samples.
+
+With a derived action space (``[actions]``), each sample gets three members more after
+its own: ``state.npy`` (S float32), ``action.npy`` (A float32) and ``valid.npy`` (bool:
+each hand of the state, then the action), the `derived.derive` vectors at the sample's
+``meta.json`` ``timestamp_ns``; ``index.json``'s ``actions`` holds the space, the
+``state_names``, ``action_names`` and ``valid_names``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,14 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from ego_assets.fileio import json_bytes, link_or_copy
+from ego_assets.actions import ActionSpace
+from ego_assets.fileio import json_bytes, json_loads, link_or_copy
 from ego_assets.formats import egosmith_constants as C
 from ego_assets.formats.egosmith_webdataset import (
     DEFAULT_SHARD_BYTES,
     EPISODE_FILE,
     EpisodeSummary,
     ShardWriter,
+    npy_header,
+    tar_sample,
 )
+from ego_assets.releases.derived import SourceNotes, derive, describe_json
 from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
 
@@ -214,11 +225,64 @@ def _walked_bounds(data: bytes, where: str) -> list[int]:
     return bounds
 
 
+def _sample_meta(data: bytes, bounds: list[int]) -> list[tuple[str, int]]:
+    """(key, ``meta.json`` ``timestamp_ns``) of every sample of checked tar bytes."""
+    out = []
+    for start, end in itertools.pairwise(bounds):
+        pos, found = start, None
+        while pos < end and found is None:
+            name = data[pos : pos + 100].split(b"\0")[0]
+            size = int(data[pos + 124 : pos + 136].split(b"\0")[0].strip() or b"0", 8)
+            if name.endswith(b".meta.json"):
+                meta = json_loads(data[pos + 512 : pos + 512 + size])
+                found = (name[: -len(b".meta.json")].decode(), int(meta["timestamp_ns"]))
+            pos += 512 + size + (-size % 512)
+        if found is None:
+            raise PackError(f"sample at byte {start}: no meta.json")
+        out.append(found)
+    return out
+
+
+def _with_actions(
+    root: Path, key: str, space: ActionSpace, data: bytes, bounds: list[int], notes: SourceNotes
+) -> tuple[bytes, list[int], Any]:
+    """``data``'s samples, each followed by its ``state.npy``, ``action.npy`` and
+    ``valid.npy`` members (see the module docstring); the new bounds and the table."""
+    samples = _sample_meta(data, bounds)
+    table = derive(root, key, space, np.array([t for _, t in samples], dtype=np.int64), notes)
+    hands = [h for h in table.valid if h != "action"]
+    valid = np.stack([table.valid[h] for h in (*hands, "action")], axis=1)
+    headers = (npy_header(table.state[0]), npy_header(table.action[0]), npy_header(valid[0]))
+    parts: list[bytes] = []
+    new_bounds = [0]
+    for i, (sample_key, _) in enumerate(samples):
+        parts.append(data[bounds[i] : bounds[i + 1]])
+        extra = tar_sample(
+            sample_key,
+            [
+                ("state.npy", headers[0] + table.state[i].tobytes()),
+                ("action.npy", headers[1] + table.action[i].tobytes()),
+                ("valid.npy", headers[2] + valid[i].tobytes()),
+            ],
+        )
+        parts.append(extra)
+        new_bounds.append(new_bounds[-1] + bounds[i + 1] - bounds[i] + len(extra))
+    return b"".join(parts), new_bounds, table
+
+
 def _pack_part(
-    root: Path, members: Sequence[ReleaseEpisode], folder: Path, prefix: str, shard_bytes: int
+    root: Path,
+    members: Sequence[ReleaseEpisode],
+    folder: Path,
+    prefix: str,
+    shard_bytes: int,
+    space: ActionSpace | None = None,
+    described: dict[str, Any] | None = None,
+    notes: SourceNotes | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Write one split's part into ``folder``: its (shards, episodes) index entries, paths
-    starting with ``prefix`` (``<split>/<part>/``)."""
+    starting with ``prefix`` (``<split>/<part>/``); a derived ``space`` adds each sample's
+    state and actions (their names go to ``described``)."""
     folder.mkdir(parents=True, exist_ok=True)
     writer = ShardWriter(folder, shard_bytes)
     offsets: dict[str, list[int]] = {}
@@ -229,6 +293,14 @@ def _pack_part(
         first: tuple[str, int] | None = None
         count = 0
         for data, bounds in _episode_tars(source, episode.capture_key):
+            if space is not None and space.derived and len(bounds) > 1:
+                data, bounds, table = _with_actions(
+                    root, episode.capture_key, space, data, bounds, notes or SourceNotes()
+                )
+                if described is not None and "state_names" not in described:
+                    hands = [h for h in table.valid if h != "action"]
+                    described.update(describe_json(space, table))
+                    described["valid_names"] = [*hands, "action"]
             for shard, offset in writer.write_samples(data, bounds):
                 offsets.setdefault(shard, []).append(offset)
                 first = first or (shard, offset)
@@ -263,6 +335,7 @@ def pack_webdataset(
     out: Path,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
     plan: PartPlan | None = None,
+    space: ActionSpace | None = None,
 ) -> dict[str, Any]:
     """Write ``out/webdataset/`` for ``episodes`` (exports below the data root ``root``),
     part by part (``plan``; default: one part ``v1`` in the given order).
@@ -276,6 +349,9 @@ def pack_webdataset(
     entries: list[dict[str, Any]] = []
     by_key = {e.capture_key: e for e in episodes}
     earlier: dict[str, Any] | None = None
+    derived = space is not None and space.derived
+    described: dict[str, Any] = {}
+    notes = SourceNotes()
     for split in splits:
         for part in plan.parts:
             members = [by_key[k] for k in part["episodes"] if by_key[k].split == split]
@@ -284,12 +360,17 @@ def pack_webdataset(
             prefix = f"{split}/{part['name']}/"
             previous = plan.reusable(part["name"])
             if previous is None:
-                got = _pack_part(root, members, target / prefix, prefix, shard_bytes)
+                got = _pack_part(
+                    root, members, target / prefix, prefix, shard_bytes, space, described, notes
+                )
                 shards += got[0]
                 entries += got[1]
                 continue
             if earlier is None:
                 earlier = json.loads((previous / FOLDER / INDEX_FILE).read_text())
+                if derived and "state_names" in earlier.get("actions", {}):
+                    described = {**earlier["actions"], **described}
+                    notes.merge(earlier["actions"].get("sources", {}))
             for shard in earlier["shards"]:
                 if shard["path"].startswith(prefix):
                     link_or_copy(previous / FOLDER / shard["path"], target / shard["path"])
@@ -310,6 +391,8 @@ def pack_webdataset(
         "shards": shards,
         "episodes": entries,
     }
+    if space is not None and derived:
+        index["actions"] = {**(described or describe_json(space)), "sources": notes.to_json()}
     target.mkdir(parents=True, exist_ok=True)
     (target / INDEX_FILE).write_bytes(json_bytes(index, indent=1, sort_keys=True) + b"\n")
     return index

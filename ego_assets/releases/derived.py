@@ -1,0 +1,226 @@
+"""A release's declared action space, derived for each packing from the trajectory store.
+
+With ``[actions] space`` other than ``source``, every packing writes the state and
+action vectors of `ego_assets.actions.derive_actions` on its own frames' timestamps
+(source-clock ns): LeRobot on the CERES shard's rows, robomimic on the Holos demo's
+``timestamp_ns``, WebDataset on each EgoSmith sample's ``timestamp_ns``. Only the
+trajectory store is read (``trajectory/<key>/``: ``capture.json`` and the streams the
+derivation uses: poses, hands, camera frame poses, recorder slots), never a capture.
+
+How a CERES row maps to the source clock: a recorder-slot capture's row is a slot
+(``ceres.source_frame_index`` = the ``recorder_slots`` stream's ``slot_index``, whose
+``timestamp_ns`` it takes); any other row's ``ceres.source_timestamp`` is seconds since
+the capture start (``start_ns + round(seconds * 1e9)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ego_assets.actions import ActionSpace, ActionTable, derive_actions
+from ego_assets.storage import Storage
+from ego_assets.trajectory.model import Trajectory
+from ego_assets.trajectory.store import STREAMS_DIR, read_header, table_to_stream
+
+# Stream kinds the derivation reads (IMU, objects and other vectors are left unread).
+DERIVATION_KINDS = frozenset(
+    {"pose", "hand_joints", "wrist_palm", "mano", "media_frames", "recorder_slots"}
+)
+CERES_READS = ("ceres.source_frame_index", "ceres.source_timestamp")
+STATE_FEATURE, ACTION_FEATURE = "observation.state", "action"
+
+
+class ActionsError(ValueError):
+    """An episode whose declared state and actions cannot be derived (names the capture)."""
+
+
+def trajectory_folder(root: Path, key: str) -> Path:
+    """``<root>/trajectory/<key>/`` (a local data root)."""
+    return Path(Storage(root).stage_path("trajectory", key).path)
+
+
+def load_trajectory(root: Path, key: str) -> Trajectory:
+    """The trajectory of ``key`` with only the streams of `DERIVATION_KINDS` (and the
+    media whose frame streams those are)."""
+    folder = trajectory_folder(root, key)
+    try:
+        header, index = read_header(folder)
+        streams = tuple(
+            table_to_stream(
+                pq.ParquetFile(folder / STREAMS_DIR / Path(entry["file"]).name).read(
+                    use_threads=False
+                )
+            )
+            for entry in index
+            if entry["kind"] in DERIVATION_KINDS
+        )
+    except (OSError, KeyError, ValueError) as exc:
+        raise ActionsError(f"capture {key}: trajectory {folder}: {exc}") from None
+    names = {s.name for s in streams}
+    media = tuple(m for m in header.media if m.frames_stream is None or m.frames_stream in names)
+    return Trajectory(
+        info=header.info, streams=streams, annotations=header.annotations, media=media
+    )
+
+
+def derive(
+    root: Path,
+    key: str,
+    space: ActionSpace,
+    sample_ns: np.ndarray,
+    notes: SourceNotes | None = None,
+) -> ActionTable:
+    """`derive_actions` of ``key``'s trajectory on ``sample_ns`` (ActionsError naming
+    the capture when it cannot give the declared space); its sources go to ``notes``."""
+    trajectory = load_trajectory(root, key)
+    try:
+        table = derive_actions(trajectory, space, np.asarray(sample_ns, dtype=np.int64))
+    except ValueError as exc:
+        raise ActionsError(f"capture {key}: actions.{exc}") from None
+    if notes is not None:
+        notes.add(key, table.info)
+    return table
+
+
+def names_of(space: ActionSpace, root: Path, key: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(state names, action names) of ``space`` (the same for every episode), from the
+    derivation at ``key``'s first sample."""
+    trajectory = load_trajectory(root, key)
+    first = min((int(s.timestamp_ns[0]) for s in trajectory.streams if len(s)), default=0)
+    try:
+        table = derive_actions(trajectory, space, np.array([first], dtype=np.int64))
+    except ValueError as exc:
+        raise ActionsError(f"capture {key}: actions.{exc}") from None
+    return table.state_names, table.action_names
+
+
+def ceres_sample_ns(trajectory_start_ns: int, slots: Any, rows: pa.Table) -> np.ndarray:
+    """Source-clock ns of CERES rows (see the module docstring); ``slots``: the
+    ``recorder_slots`` stream or None."""
+    if slots is not None:
+        index = rows.column("ceres.source_frame_index").to_numpy()
+        slot = np.asarray(slots.fields["slot_index"], dtype=np.int64)
+        order = np.argsort(slot, kind="stable")
+        at = np.clip(np.searchsorted(slot[order], index), 0, len(slot) - 1)
+        if not (slot[order][at] == index).all():
+            raise ValueError("a row's slot is not in recorder_slots")
+        return np.asarray(slots.timestamp_ns, dtype=np.int64)[order][at]
+    seconds = rows.column("ceres.source_timestamp").to_numpy()
+    return trajectory_start_ns + np.round(seconds * 1e9).astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class LeRobotActions:
+    """The CERES merge's `Replacement` columns for ``space``: ``observation.state`` and
+    ``action`` of each shard's rows, derived from the trajectory of its capture."""
+
+    root: Path
+    space: ActionSpace
+    notes: SourceNotes | None = None
+
+    def features(self, state_names: tuple[str, ...], action_names: tuple[str, ...]) -> dict:
+        return {
+            STATE_FEATURE: {
+                "dtype": "float32",
+                "shape": [len(state_names)],
+                "names": list(state_names),
+            },
+            ACTION_FEATURE: {
+                "dtype": "float32",
+                "shape": [len(action_names)],
+                "names": list(action_names),
+            },
+        }
+
+    def columns(self, metadata: dict[str, Any], rows: pa.Table) -> Mapping[str, np.ndarray]:
+        key = metadata["episode"]["capture_key"]
+        trajectory = load_trajectory(self.root, key)
+        slots = (
+            trajectory.stream("recorder_slots") if trajectory.has_stream("recorder_slots") else None
+        )
+        try:
+            sample_ns = ceres_sample_ns(trajectory.info.start_ns, slots, rows)
+            table = derive_actions(trajectory, self.space, sample_ns)
+        except ValueError as exc:
+            raise ActionsError(f"capture {key}: actions: {exc}") from None
+        if self.notes is not None:
+            self.notes.add(key, table.info)
+        return {STATE_FEATURE: table.state, ACTION_FEATURE: table.action}
+
+
+def obs_groups(state_names: tuple[str, ...]) -> dict[str, list[int]]:
+    """robomimic obs key -> state columns: ``<hand>.eef.*`` -> ``eef_pose_<hand>``,
+    ``<hand>.<name>`` -> ``<name>_<hand>`` (``grasp_aperture_left``,
+    ``gripper_closed_left``), ``<hand>.<finger>_tip.*`` -> ``fingertips_<hand>``."""
+    groups: dict[str, list[int]] = {}
+    for i, name in enumerate(state_names):
+        hand, part = name.split(".", 2)[:2]
+        if part == "eef":
+            key = f"eef_pose_{hand}"
+        elif part.endswith("_tip"):
+            key = f"fingertips_{hand}"
+        else:
+            key = f"{part}_{hand}"
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+def describe_json(space: ActionSpace, table: ActionTable | None = None) -> dict[str, Any]:
+    """What a packing's index says of its vectors: the space, and (given a derivation)
+    the state and action names."""
+    out: dict[str, Any] = {"space": space.to_json(), "describe": space.describe()}
+    if table is not None:
+        out["state_names"] = list(table.state_names)
+        out["action_names"] = list(table.action_names)
+    return out
+
+
+class SourceNotes:
+    """What the episodes' joint sets give of the declared space: joint set -> component
+    -> the derivation's note (``exact: ...``, ``approximate: ...``, ``absent: ...``) and
+    how many episode hands had it; the head frames' axes. Packing threads add to one."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._seen: set[tuple[str, str]] = set()
+        self.sets: dict[str, dict[str, Any]] = {}
+        self.frame_axes: set[str] = set()
+
+    def add(self, key: str, info: Mapping[str, Any]) -> None:
+        """The `ActionTable.info` of capture ``key`` (each capture counted once)."""
+        with self._lock:
+            if info.get("frame_axes"):
+                self.frame_axes.add(str(info["frame_axes"]))
+            for side, hand in info.get("hands", {}).items():
+                if (key, side) in self._seen:
+                    continue
+                self._seen.add((key, side))
+                entry = self.sets.setdefault(
+                    str(hand.get("joint_set") or "none"), {"hands": 0, "components": {}}
+                )
+                entry["hands"] += 1
+                entry["components"].update(hand.get("components", {}))
+
+    def merge(self, other: Mapping[str, Any]) -> None:
+        """Add a `to_json` made elsewhere (the WebDataset packing's own process)."""
+        with self._lock:
+            self.frame_axes.update(other.get("frame_axes", []))
+            for name, entry in other.get("joint_sets", {}).items():
+                mine = self.sets.setdefault(name, {"hands": 0, "components": {}})
+                mine["hands"] = max(mine["hands"], entry["hands"])
+                mine["components"].update(entry["components"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "joint_sets": {k: self.sets[k] for k in sorted(self.sets)},
+            "frame_axes": sorted(self.frame_axes),
+        }
