@@ -230,6 +230,13 @@ def print_release(manifest: dict, path: Path, written: bool, out: TextIO) -> Non
         + f"); {len(manifest['left_out'])} selected episodes left out",
         file=out,
     )
+    if manifest.get("actions"):
+        actions = manifest["actions"]
+        print(
+            f"  state {len(actions['state_names'])} values, action "
+            f"{len(actions['action_names'])}: {actions['describe']}",
+            file=out,
+        )
     print(f"  manifest {path / 'release.json'}; card {path / 'README.md'}", file=out)
 
 

@@ -23,7 +23,9 @@
    Dagster's and dbt's own output goes to ``<data>/logs/demo.log`` meanwhile.
 5. Builds the sample dataset release ``demo`` (`build_sample_release`: every episode the
    gate allows, all three formats, spec ``<data>/releases/demo.toml`` written when
-   missing) below ``<data>/releases/demo/`` and prints its manifest summary.
+   missing) below ``<data>/releases/demo/``, and ``demo-eef``, the same episodes with the
+   declared action space ``eef_pose_gripper`` in the head frame, and prints both
+   manifest summaries.
 
 A second run finds every run key done and only prints the tables.
 """
@@ -116,6 +118,20 @@ by = "episode"
 seed = 1
 fractions = { train = 0.5, valid = 0.5 }
 """
+# The second sample release: the same episodes with a robot-ready action space.
+DEMO_EEF_RELEASE = "demo-eef"
+DEMO_EEF_RELEASE_SPEC = (
+    DEMO_RELEASE_SPEC.replace(
+        "Every demo capture the export gate allows (make demo).",
+        "Every demo capture the export gate allows, as wrist pose + gripper in the head "
+        "frame (make demo).",
+    )
+    + """
+[actions]
+space = "eef_pose_gripper"
+frame = "head"
+"""
+)
 # Keep the terminal for the progress bar and the tables (a blocked export is a table row,
 # not a traceback); the UI has the full event log.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -312,27 +328,37 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     if catalog_error:
         print(wrap(catalog_error, "dataset catalog: FAILED ", "  "), file=out)
     shown = run_catalog(data_dir, out=out)
-    release, release_error = build_sample_release(data_dir) if not catalog_error else (None, "")
-    if release is not None:
-        print_release(release.manifest, release.path, release.written, out)
-    elif release_error:
-        print(wrap(release_error, "sample release: FAILED ", "  "), file=out)
+    release_errors = []
+    for name, text in (
+        (DEMO_RELEASE, DEMO_RELEASE_SPEC),
+        (DEMO_EEF_RELEASE, DEMO_EEF_RELEASE_SPEC),
+    ):
+        release, error = (
+            build_sample_release(data_dir, name, text) if not catalog_error else (None, "")
+        )
+        if release is not None:
+            print_release(release.manifest, release.path, release.written, out)
+        elif error:
+            print(wrap(error, f"sample release {name}: FAILED ", "  "), file=out)
+            release_errors.append(error)
     print_closing(data_dir, dagster_home, statuses, out)
-    return 1 if failures or catalog_error or shown != 0 or release_error else 0
+    return 1 if failures or catalog_error or shown != 0 or release_errors else 0
 
 
-def build_sample_release(data_dir: Path) -> tuple["BuildResult | None", str]:
-    """Build release `DEMO_RELEASE` (its spec written when missing): (result, "") or
-    (None, the one-line error)."""
+def build_sample_release(
+    data_dir: Path, name: str = DEMO_RELEASE, text: str = DEMO_RELEASE_SPEC
+) -> tuple["BuildResult | None", str]:
+    """Build the sample release ``name`` (its spec ``text`` written when missing):
+    (result, "") or (None, the one-line error)."""
     from ego_assets.releases.build import build_release  # h5py, PyAV: at use only
     from ego_assets.releases.spec import spec_path
 
-    spec = spec_path(data_dir, DEMO_RELEASE)
+    spec = spec_path(data_dir, name)
     if not spec.exists():
         spec.parent.mkdir(parents=True, exist_ok=True)
-        spec.write_text(DEMO_RELEASE_SPEC, encoding="utf-8")
+        spec.write_text(text, encoding="utf-8")
     try:
-        return build_release(data_dir, DEMO_RELEASE), ""
+        return build_release(data_dir, name), ""
     except ValueError as exc:
         return None, str(exc)
 

@@ -280,7 +280,7 @@ def build_version(
         same_packer = (
             latest is not None
             and all(latest.get(k) == inputs[k] for k in ("writer_version", "packing"))
-            and latest["spec"].get("actions") == inputs["spec"].get("actions")
+            and latest["spec"].get("actions") == spec.to_json().get("actions")
         )
         plan = plan_parts(
             selection.episodes,

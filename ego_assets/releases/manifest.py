@@ -113,8 +113,10 @@ def _space_line(actions: dict[str, Any] | None) -> str:
     """One line of a manifest's spec ``actions`` (absent: ``source``)."""
     if not actions or actions.get("space", "source") == "source":
         return "source"
-    keys = ("frame", "hands", "rotation", "horizon", "relative", "gripper_close_m")
-    keys += ("gripper_open_m", "fps")
+    keys = (
+        *("frame", "hands", "rotation", "horizon"),
+        *("relative", "gripper_close_m", "gripper_open_m", "fps"),
+    )
     return f"{actions['space']} (" + ", ".join(f"{k} {actions.get(k)}" for k in keys) + ")"
 
 

@@ -90,16 +90,16 @@ def pack_robomimic(
         demos[episode.capture_key] = f"demo_{i}"
     with h5py.File(folder / FILE, "w", track_order=True) as f:
         data = f.create_group("data")
-        names = None
+        first = None
         for key, name in demos.items():
             if space is not None and derived:
                 table = derive(Path(root), key, space, clocks[key], notes)
-                names = names or table
+                first = first or table
                 _derived_demo(data, name, folder, key, table)
             else:
                 data[name] = h5py.ExternalLink(f"{EPISODES}/{key}.hdf5", SOURCE_DEMO)
         if space is not None and derived:
-            data.attrs["ego_actions"] = json_bytes(describe_json(space, names)).decode()
+            data.attrs["ego_actions"] = json_bytes(describe_json(space, first)).decode()
         data.attrs["env_args"] = env_args
         data.attrs["total"] = np.int64(total)
         f.create_dataset("ego/capture_keys", data=np.array(list(demos), dtype="S"))

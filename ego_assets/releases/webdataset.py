@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -244,30 +244,40 @@ def _sample_meta(data: bytes, bounds: list[int]) -> list[tuple[str, int]]:
 
 
 def _with_actions(
-    root: Path, key: str, space: ActionSpace, data: bytes, bounds: list[int], notes: SourceNotes
-) -> tuple[bytes, list[int], Any]:
-    """``data``'s samples, each followed by its ``state.npy``, ``action.npy`` and
-    ``valid.npy`` members (see the module docstring); the new bounds and the table."""
-    samples = _sample_meta(data, bounds)
-    table = derive(root, key, space, np.array([t for _, t in samples], dtype=np.int64), notes)
+    root: Path,
+    key: str,
+    space: ActionSpace,
+    tars: list[tuple[bytes, list[int]]],
+    notes: SourceNotes,
+) -> tuple[list[tuple[bytes, list[int]]], Any]:
+    """The episode's tars (bytes, sample bounds), each sample followed by its
+    ``state.npy``, ``action.npy`` and ``valid.npy`` members (see the module docstring),
+    derived over the whole episode at once; and the `ActionTable`."""
+    samples = [_sample_meta(data, bounds) for data, bounds in tars]
+    ns = np.array([t for part in samples for _, t in part], dtype=np.int64)
+    table = derive(root, key, space, ns, notes)
     hands = [h for h in table.valid if h != "action"]
     valid = np.stack([table.valid[h] for h in (*hands, "action")], axis=1)
     headers = (npy_header(table.state[0]), npy_header(table.action[0]), npy_header(valid[0]))
-    parts: list[bytes] = []
-    new_bounds = [0]
-    for i, (sample_key, _) in enumerate(samples):
-        parts.append(data[bounds[i] : bounds[i + 1]])
-        extra = tar_sample(
-            sample_key,
-            [
-                ("state.npy", headers[0] + table.state[i].tobytes()),
-                ("action.npy", headers[1] + table.action[i].tobytes()),
-                ("valid.npy", headers[2] + valid[i].tobytes()),
-            ],
-        )
-        parts.append(extra)
-        new_bounds.append(new_bounds[-1] + bounds[i + 1] - bounds[i] + len(extra))
-    return b"".join(parts), new_bounds, table
+    out = []
+    row = 0
+    for (data, bounds), part in zip(tars, samples, strict=True):
+        pieces: list[bytes] = []
+        new_bounds = [0]
+        for i, (sample_key, _) in enumerate(part):
+            extra = tar_sample(
+                sample_key,
+                [
+                    ("state.npy", headers[0] + table.state[row].tobytes()),
+                    ("action.npy", headers[1] + table.action[row].tobytes()),
+                    ("valid.npy", headers[2] + valid[row].tobytes()),
+                ],
+            )
+            pieces += (data[bounds[i] : bounds[i + 1]], extra)
+            new_bounds.append(new_bounds[-1] + bounds[i + 1] - bounds[i] + len(extra))
+            row += 1
+        out.append((b"".join(pieces), new_bounds))
+    return out, table
 
 
 def _pack_part(
@@ -292,15 +302,18 @@ def _pack_part(
         source = Path(root) / episode.exports[EXPORT_NAME]["path"]
         first: tuple[str, int] | None = None
         count = 0
-        for data, bounds in _episode_tars(source, episode.capture_key):
-            if space is not None and space.derived and len(bounds) > 1:
-                data, bounds, table = _with_actions(
-                    root, episode.capture_key, space, data, bounds, notes or SourceNotes()
+        tars: Iterable[tuple[bytes, list[int]]] = _episode_tars(source, episode.capture_key)
+        if space is not None and space.derived:
+            whole = [(data, bounds) for data, bounds in tars if len(bounds) > 1]
+            if whole:
+                tars, table = _with_actions(
+                    root, episode.capture_key, space, whole, notes or SourceNotes()
                 )
                 if described is not None and "state_names" not in described:
                     hands = [h for h in table.valid if h != "action"]
                     described.update(describe_json(space, table))
                     described["valid_names"] = [*hands, "action"]
+        for data, bounds in tars:
             for shard, offset in writer.write_samples(data, bounds):
                 offsets.setdefault(shard, []).append(offset)
                 first = first or (shard, offset)
