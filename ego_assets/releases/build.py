@@ -28,7 +28,7 @@ from ego_assets.formats.egosmith_webdataset import DEFAULT_SHARD_BYTES
 from ego_assets.releases.apart import run_apart
 from ego_assets.releases.card import CARD_FILE, dataset_card
 from ego_assets.releases.consent import apply_withdrawals, load_withdrawals
-from ego_assets.releases.derived import SourceNotes, describe_json, names_of
+from ego_assets.releases.derived import SourceNotes, describe_json
 from ego_assets.releases.layout import PartPlan, plan_parts
 from ego_assets.releases.lerobot import pack_lerobot, receipt_digests
 from ego_assets.releases.manifest import (
@@ -164,11 +164,10 @@ def _pack_version(
     if space.derived:  # a `source` manifest is as before the action spaces
         if "webdataset" in done:
             notes.merge(done["webdataset"]["actions"]["sources"])
-        state_names, action_names = names_of(space, root, episodes[0].capture_key)
         manifest["actions"] = {
             **describe_json(space),
-            "state_names": list(state_names),
-            "action_names": list(action_names),
+            "state_names": list(space.state_names()),
+            "action_names": list(space.action_names()),
             "sources": notes.to_json(),
         }
     (tmp / CARD_FILE).write_text(dataset_card(manifest), encoding="utf-8")

@@ -89,18 +89,6 @@ def derive(
     return table
 
 
-def names_of(space: ActionSpace, root: Path, key: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(state names, action names) of ``space`` (the same for every episode), from the
-    derivation at ``key``'s first sample."""
-    trajectory = load_trajectory(root, key)
-    first = min((int(s.timestamp_ns[0]) for s in trajectory.streams if len(s)), default=0)
-    try:
-        table = derive_actions(trajectory, space, np.array([first], dtype=np.int64))
-    except ValueError as exc:
-        raise ActionsError(f"capture {key}: actions.{exc}") from None
-    return table.state_names, table.action_names
-
-
 def ceres_sample_ns(trajectory_start_ns: int, slots: Any, rows: pa.Table) -> np.ndarray:
     """Source-clock ns of CERES rows (see the module docstring); ``slots``: the
     ``recorder_slots`` stream or None."""

@@ -28,7 +28,7 @@ from typing import Any
 from ego_assets.actions import ActionSpace
 from ego_assets.formats.ceres_lerobot import RECEIPT_FILE
 from ego_assets.formats.ceres_merge import MERGE_FILE, Replacement, Reuse, merge_shards
-from ego_assets.releases.derived import CERES_READS, LeRobotActions, SourceNotes, names_of
+from ego_assets.releases.derived import CERES_READS, LeRobotActions, SourceNotes
 from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
 
@@ -63,8 +63,8 @@ def pack_lerobot(
     replace = None
     if space is not None and space.derived and episodes:
         actions = LeRobotActions(Path(root), space, notes)
-        names = names_of(space, Path(root), episodes[0].capture_key)
-        replace = Replacement(actions.features(*names), CERES_READS, actions.columns)
+        features = actions.features(space.state_names(), space.action_names())
+        replace = Replacement(features, CERES_READS, actions.columns)
     for split in splits:
         ordered = [e for e in plan.ordered(episodes) if e.split == split]
         if not ordered:
