@@ -28,6 +28,11 @@
 4. **v2** adds ``--added`` episodes: ``incremental_bytes_ratio`` = bytes of v2's files
    that are not hard links to v1's / v2's bytes (target <= 0.05), also per format.
 5. **Unchanged**: the same selection again writes nothing (``unchanged_written`` 0).
+6. **Actions**: release ``bench-eef``, the same ``--episodes`` with ``[actions] space =
+   "eef_pose_gripper"``, ``frame = "head"`` (every replica's ``trajectory/<key>/`` linked
+   from its base's), built from scratch: ``actions_share`` = (its build - v1's build) /
+   its build, the share of the build that deriving and writing the state and actions
+   costs (target <= 0.10 at 10,000 episodes).
 
 Figures depend on the machine's load: say ``uptime`` beside them.
 """
@@ -84,7 +89,7 @@ def _base_exports(root: Path, bases: int, seconds: float) -> list[dict[str, Path
             export_capture(
                 storage, key, exporter, episode_index=index, gate_version=gate.data_version
             )
-        paths = {}
+        paths = {"trajectory": root / "trajectory" / key}
         for fmt in EXPORTS:
             receipt = json.loads((root / "receipts" / fmt / f"{key}.json").read_text())
             paths[fmt] = root / receipt["path"]
@@ -100,6 +105,10 @@ def _replicate(root: Path, base: dict[str, Path], key: str, index: int) -> dict[
     holos = root / "exports" / "holos_hdf5" / key / f"{key}.h5"
     ceres = root / "exports" / "ceres-lerobot-v3" / key / "shards" / shard_name(index)
     targets = {"egosmith_shards": egosmith, "holos_hdf5": holos, "ceres_episode": ceres}
+    for path in sorted(p for p in base["trajectory"].rglob("*") if p.is_file()):
+        dest = root / "trajectory" / key / path.relative_to(base["trajectory"])
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.link(path, dest)  # what a derived action space reads
     for fmt, target in targets.items():
         source = base[fmt]
         files = (
@@ -194,9 +203,9 @@ def run(episodes: int, added: int, seconds: float, bases: int, work: Path) -> di
     storage = Storage(root)
 
     os.sync()  # the prepared exports' write-back does not land inside the build's timing
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     first = build_version(storage, spec, SelectionResult(every[:episodes]))
-    build_s = time.perf_counter() - start
+    build_s, build_cpu_s = time.perf_counter() - start, time.process_time() - cpu
     copy_s = [_copy_seconds(first.path, work / "v1-copy") for _ in range(2)]
     v1 = _files(first.path)
     v1_bytes = sum(st.st_size for st in v1.values())
@@ -226,6 +235,19 @@ def run(episodes: int, added: int, seconds: float, bases: int, work: Path) -> di
     again = build_version(storage, spec, SelectionResult(every))
     unchanged_s = time.perf_counter() - start
     copy_mean = sum(copy_s) / len(copy_s)
+
+    eef = parse_spec(
+        {
+            "release": {"licence": "CC-BY-4.0", "formats": list(FORMATS)},
+            "split": {"seed": 0, "fractions": {"train": 0.9, "valid": 0.1}},
+            "actions": {"space": "eef_pose_gripper", "frame": "head"},
+        },
+        "bench-eef",
+    )
+    os.sync()
+    start, cpu = time.perf_counter(), time.process_time()
+    build_version(storage, eef, SelectionResult(every[:episodes]))
+    eef_s, eef_cpu_s = time.perf_counter() - start, time.process_time() - cpu
     return {
         "episodes": episodes,
         "added": added,
@@ -235,6 +257,7 @@ def run(episodes: int, added: int, seconds: float, bases: int, work: Path) -> di
         "v1_files": len(v1),
         "v1_bytes": v1_bytes,
         "build_s": build_s,
+        "build_cpu_s": build_cpu_s,
         "copy_s": copy_mean,
         "ratio_vs_copy": build_s / copy_mean,
         "v2_files": len(v2),
@@ -246,6 +269,9 @@ def run(episodes: int, added: int, seconds: float, bases: int, work: Path) -> di
         "incremental_by_format": per_format,
         "unchanged_s": unchanged_s,
         "unchanged_written": int(again.written),
+        "eef_build_s": eef_s,
+        "eef_build_cpu_s": eef_cpu_s,
+        "actions_share": (eef_s - build_s) / eef_s,
         "load_average_1m": os.getloadavg()[0],
     }
 
@@ -283,6 +309,8 @@ def main(argv: list[str]) -> int:
             "unchanged build",
             f"{result['unchanged_s']:.1f} s, written {result['unchanged_written']}",
         ),
+        ("eef release build (same episodes)", f"{result['eef_build_s']:.1f} s"),
+        ("actions_share (target <= 0.10)", f"{result['actions_share']:.3f}"),
         ("load average (1 min)", f"{result['load_average_1m']:.2f}"),
     ]
     report(name_value_table(rows), result, args.json)

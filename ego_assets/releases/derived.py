@@ -25,14 +25,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ego_assets.actions import ActionSpace, ActionTable, derive_actions
+from ego_assets.fileio import json_loads
 from ego_assets.storage import Storage
-from ego_assets.trajectory.model import Trajectory
-from ego_assets.trajectory.store import STREAMS_DIR, read_header, table_to_stream
+from ego_assets.trajectory.model import CaptureInfo, MediaRef, Trajectory
+from ego_assets.trajectory.records import from_jsonable
+from ego_assets.trajectory.store import CAPTURE_JSON, STREAMS_DIR, table_to_stream
+from ego_assets.trajectory.streams import Stream
 
-# Stream kinds the derivation reads (IMU, objects and other vectors are left unread).
-DERIVATION_KINDS = frozenset(
-    {"pose", "hand_joints", "wrist_palm", "mano", "media_frames", "recorder_slots"}
-)
+# Stream kinds the derivation reads (IMU, objects and other vectors are left unread);
+# camera frame poses only when no pose stream gives the head, recorder slots on request.
+HAND_AND_HEAD_KINDS = frozenset({"pose", "hand_joints", "wrist_palm", "mano"})
 CERES_READS = ("ceres.source_frame_index", "ceres.source_timestamp")
 STATE_FEATURE, ACTION_FEATURE = "observation.state", "action"
 
@@ -46,28 +48,41 @@ def trajectory_folder(root: Path, key: str) -> Path:
     return Path(Storage(root).stage_path("trajectory", key).path)
 
 
-def load_trajectory(root: Path, key: str) -> Trajectory:
-    """The trajectory of ``key`` with only the streams of `DERIVATION_KINDS` (and the
-    media whose frame streams those are)."""
+def _read_stream(path: Path) -> Stream:
+    """One small stream file decoded on this thread (no Arrow read-ahead or pool)."""
+    source = pa.BufferReader(path.read_bytes())
+    return table_to_stream(pq.ParquetFile(source, pre_buffer=False).read(use_threads=False))
+
+
+def load_trajectory(root: Path, key: str, slots: bool = False) -> Trajectory:
+    """What the derivation reads of ``key``'s trajectory: ``capture.json``'s info and
+    media, the hand and head streams (`HAND_AND_HEAD_KINDS`), the camera frame streams
+    when no pose stream is there, the ``recorder_slots`` stream with ``slots``."""
     folder = trajectory_folder(root, key)
     try:
-        header, index = read_header(folder)
+        data = json_loads((folder / CAPTURE_JSON).read_bytes())
+        index = data["streams"]
+        kinds = set(HAND_AND_HEAD_KINDS)
+        if not any(entry["kind"] == "pose" for entry in index):
+            kinds.add("media_frames")
+        if slots:
+            kinds.add("recorder_slots")
         streams = tuple(
-            table_to_stream(
-                pq.ParquetFile(folder / STREAMS_DIR / Path(entry["file"]).name).read(
-                    use_threads=False
-                )
-            )
+            _read_stream(folder / STREAMS_DIR / Path(entry["file"]).name)
             for entry in index
-            if entry["kind"] in DERIVATION_KINDS
+            if entry["kind"] in kinds
         )
-    except (OSError, KeyError, ValueError) as exc:
+        names = {s.name for s in streams}
+        media = tuple(
+            m
+            for m in (from_jsonable(MediaRef, item) for item in data.get("media", []))
+            if m.frames_stream is None or m.frames_stream in names
+        )
+        return Trajectory(
+            info=from_jsonable(CaptureInfo, data["info"]), streams=streams, media=media
+        )
+    except (OSError, KeyError, ValueError, TypeError) as exc:
         raise ActionsError(f"capture {key}: trajectory {folder}: {exc}") from None
-    names = {s.name for s in streams}
-    media = tuple(m for m in header.media if m.frames_stream is None or m.frames_stream in names)
-    return Trajectory(
-        info=header.info, streams=streams, annotations=header.annotations, media=media
-    )
 
 
 def derive(
@@ -129,7 +144,7 @@ class LeRobotActions:
 
     def columns(self, metadata: dict[str, Any], rows: pa.Table) -> Mapping[str, np.ndarray]:
         key = metadata["episode"]["capture_key"]
-        trajectory = load_trajectory(self.root, key)
+        trajectory = load_trajectory(self.root, key, slots=True)
         slots = (
             trajectory.stream("recorder_slots") if trajectory.has_stream("recorder_slots") else None
         )
