@@ -230,3 +230,22 @@ def test_the_demo_builds_a_sample_release_and_prints_its_summary(demo: Demo) -> 
         assert (folder / f["path"]).stat().st_size == f["bytes"]
     assert (folder / "robomimic" / "release.hdf5").is_file()
     assert (demo.data / "releases" / "demo.toml").read_text().startswith("[release]")
+
+
+def test_the_demo_builds_the_eef_sample_release_beside_it(demo: Demo) -> None:
+    folder = demo.data / "releases" / "demo-eef" / "v1"
+    manifest = json.loads((folder / "release.json").read_text())
+    plain = json.loads((demo.data / "releases" / "demo" / "v1" / "release.json").read_text())
+    assert manifest["spec"]["actions"]["space"] == "eef_pose_gripper"
+    assert manifest["spec"]["actions"]["frame"] == "head"
+    assert [e["capture_key"] for e in manifest["episodes"]] == [
+        e["capture_key"] for e in plain["episodes"]
+    ]
+    actions = manifest["actions"]
+    assert actions["state_names"][0] == "left.eef.x" and len(actions["state_names"]) == 22
+    info = json.loads(next(folder.glob("lerobot/*/meta/info.json")).read_text())
+    assert info["features"]["observation.state"]["names"] == actions["state_names"]
+    out = demo.stdout
+    assert f"release demo-eef v1 (written now): {folder}" in out
+    assert f"  state 22 values, action 22: {actions['describe']}" in out
+    assert "## State and actions" in (folder / "README.md").read_text()
