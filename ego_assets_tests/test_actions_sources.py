@@ -3,6 +3,8 @@ with values recomputed here from the streams or the source files."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
@@ -11,6 +13,8 @@ from scipy.spatial.transform import Rotation
 from ego_assets.actions import ActionSpace, derive_actions
 from ego_assets.capture import read_capture, read_checked_capture
 from ego_assets.capture.egosmith_webdataset import rot6d_matrix as rot6d_to_matrix
+from ego_assets.formats.egosmith_lowdim import head_camera
+from ego_assets.formats.egosmith_webdataset import EgoSmithOptions, write_episode
 from ego_assets.importers import get_importer
 from ego_assets.importers.core import import_source, open_source
 from ego_assets.storage import Storage
@@ -35,18 +39,26 @@ def _held(source_ns: np.ndarray, sample_ns: np.ndarray) -> np.ndarray:
     return np.searchsorted(source_ns, sample_ns, side="right") - 1
 
 
+class Synthetic:
+    """Synthetic captures of each kind, made and read once per module."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.read_so_far: dict[str, Trajectory] = {}
+
+    def folder(self, kind: str) -> Path:
+        return self.root / kind
+
+    def __call__(self, kind: str) -> Trajectory:
+        if kind not in self.read_so_far:
+            synthesize(kind, self.folder(kind), seconds=2.0, seed=4)
+            self.read_so_far[kind] = read_capture(kind, self.folder(kind))
+        return self.read_so_far[kind]
+
+
 @pytest.fixture(scope="module")
-def synthetic(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("synth")
-    read_so_far: dict[str, Trajectory] = {}
-
-    def read(kind: str) -> Trajectory:
-        if kind not in read_so_far:
-            folder = synthesize(kind, root / kind, seconds=2.0, seed=4)
-            read_so_far[kind] = read_capture(kind, folder)
-        return read_so_far[kind]
-
-    return read
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Synthetic:
+    return Synthetic(tmp_path_factory.mktemp("synth"))
 
 
 def test_egodex_head_frame_wrist_is_the_inverse_camera_times_the_hand(tmp_path):
@@ -156,3 +168,35 @@ def test_mano_without_joints_has_no_fingertips_and_says_so(synthetic):
     assert np.isnan(_column(table, "left.grasp_aperture")).all()
     assert np.isnan(_column(table, "left.gripper_closed")).all()
     assert np.isfinite(_column(table, "left.eef.x")[table.valid["left"]]).all()
+
+
+def test_egosmith_round_trip_keeps_the_wrist_and_aperture(synthetic, tmp_path):
+    original = synthetic("webxr")
+    camera = head_camera(original)
+    episode = tmp_path / "episode"
+    episode.mkdir()
+    write_episode(
+        original,
+        camera,
+        synthetic.folder("webxr") / camera.media.path,
+        episode,
+        episode_index=7,
+        data_version="t",
+        options=EgoSmithOptions(),
+    )
+    storage = Storage(tmp_path / "data")
+    importer = get_importer("egosmith-webdataset")
+    key = import_source(storage, importer, open_source(str(episode), importer)).landed[0]
+    folder = Path(storage.landing_path(key).path)
+    imported = read_capture(folder.name, folder)
+    world = ActionSpace(space="eef_pose_gripper", frame="world")
+    table = derive_actions(imported, world)
+    assert table.info["hands"]["left"]["streams"] == ["hand_left", "wrist_left"]
+    assert table.info["hands"]["left"]["components"]["wrist_rotation"] == (
+        "exact: the wrist pose of wrist_left (rotation)"
+    )
+    before = derive_actions(original, world, sample_ns=table.sample_ns)
+    ok = table.valid["left"] & before.valid["left"]
+    assert ok.mean() > 0.9
+    for name in ("left.eef.x", "left.eef.y", "left.eef.z", "left.grasp_aperture"):
+        assert np.abs(_column(table, name)[ok] - _column(before, name)[ok]).max() < 1e-6
