@@ -201,3 +201,34 @@ def test_handy_head_frame_wrist_and_gripper_from_the_recorded_poses():
     assert closed[names.index("flat")] == 0 and aperture[names.index("flat")] > 0.05
     assert (closed[aperture < 0.03] == 1).all() and (closed[aperture > 0.04] == 0).all()
     assert aperture.min() > 0.003 and aperture.max() < 0.15
+
+
+def test_aria_wrist_normals_give_a_rotation_within_a_few_degrees_of_the_wrist_pose(tmp_path):
+    trajectory = _aria(tmp_path / "aria-n", ("hand_tracking_results_v2.csv",))
+    # the same rows without their wrist pose: a wrist_and_palm_poses_v2-like stream
+    kept = []
+    for s in trajectory.streams:
+        if s.kind == "wrist_palm":
+            fields = {k: v for k, v in s.fields.items() if k != "wrist_rotation"}
+            kept.append(
+                make_stream(
+                    s.name, s.kind, s.timestamp_ns, trajectory.info.start_ns, fields, s.attrs
+                )
+            )
+    normals = Trajectory(trajectory.info, tuple(kept))
+    derived = derive_actions(normals, EEF)
+    exact = derive_actions(trajectory, EEF)
+    for side in ("left", "right"):
+        components = derived.info["hands"][side]["components"]
+        assert components["wrist_rotation"].startswith("approximate: derived from the wrist normal")
+        assert components["fingertips"].startswith("absent")
+        ok = derived.valid[side]
+        assert ok.sum() == 3 and (ok == exact.valid[side]).all()
+        names = [f"{side}.eef.rot6d_{k}" for k in range(6)]
+        got = rot6d_to_matrix(np.stack([_column(derived, n) for n in names], axis=1)[ok])
+        want = rot6d_to_matrix(np.stack([_column(exact, n) for n in names], axis=1)[ok])
+        angle = np.degrees(
+            (Rotation.from_matrix(got).inv() * Rotation.from_matrix(want)).magnitude()
+        )
+        assert angle.max() < 4.0  # 3.0-3.2 degrees on the sample
+        assert np.isnan(_column(derived, f"{side}.grasp_aperture")).all()

@@ -15,7 +15,8 @@ gives it exactly, by approximation, or not at all (`HandSource.components`):
   is derived from the landmarks (`knuckle_frame`: palm plane of wrist, index and
   little-finger bases, forward towards the middle-finger base; WebXR's wrist axes);
 * a ``wrist_palm`` stream alone (Aria ``wrist_and_palm_poses``): wrist position exact,
-  its ``wrist_rotation`` when present, no fingertips.
+  its ``wrist_rotation`` when present, else one derived from the wrist normal and the
+  palm position when the file has normals (`normals_frame`), no fingertips.
 
 A joint the source marks untracked (``joint_valid`` False, ``joint_confidence`` 0) is
 NaN, never a stale or zero value.
@@ -233,24 +234,56 @@ def _mano(stream: Stream) -> HandSource:
     )
 
 
+def _unit(v: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(v, axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return v / np.where(norm > 1e-9, norm, np.nan)
+
+
+def normals_frame(
+    wrist: np.ndarray, palm: np.ndarray, wrist_normal: np.ndarray, side: str
+) -> np.ndarray:
+    """(N, 3, 3) wrist -> frame rotation in the Project Aria MPS wrist axes from a wrist
+    and palm position and the wrist normal: y = -wrist normal, x = the wrist -> palm
+    direction (palm -> wrist for a right hand) made orthogonal to y, z = x × y.
+
+    On the MPS sample's tracked rows that carry both, the wrist normal is the wrist
+    pose's -y and the palm lies along its x axis (left; -x right) within a few degrees.
+    """
+    y = -_unit(wrist_normal)
+    toward = (palm - wrist) * (-1.0 if side == "right" else 1.0)
+    x = _unit(toward - np.sum(toward * y, axis=-1, keepdims=True) * y)
+    return np.stack([x, y, np.cross(x, y)], axis=-1)
+
+
 def _wrist_palm(stream: Stream) -> HandSource:
     f = stream.fields
-    has_rotation = "wrist_rotation" in f
+    side = str(stream.attrs["hand"])
+    rotation: np.ndarray | None = None
+    if "wrist_rotation" in f:
+        rotation = _matrices(f["wrist_rotation"])
+        rotation_text = f"{EXACT}: wrist_rotation"
+    elif {"wrist_normal", "palm_position"} <= set(f):
+        rotation = normals_frame(f["wrist_position"], f["palm_position"], f["wrist_normal"], side)
+        rotation_text = (
+            f"{APPROXIMATE}: derived from the wrist normal and the wrist -> palm direction "
+            "(MPS wrist axes, within a few degrees of the MPS wrist pose)"
+        )
+    else:
+        rotation_text = f"{ABSENT}: the file gives wrist and palm positions only"
     return HandSource(
-        side=str(stream.attrs["hand"]),
+        side=side,
         streams=(stream.name,),
         joint_set="wrist_palm",
         frame=str(stream.attrs["frame"]),
         timestamp_ns=stream.timestamp_ns,
         tracked=f["hand_valid"].astype(bool),
         wrist=f["wrist_position"],
-        rotation=_matrices(f["wrist_rotation"]) if has_rotation else None,
+        rotation=rotation,
         tips=None,
         components={
             "wrist_position": f"{EXACT}: wrist_position",
-            "wrist_rotation": f"{EXACT}: wrist_rotation"
-            if has_rotation
-            else f"{ABSENT}: the file gives wrist and palm normals only",
+            "wrist_rotation": rotation_text,
             "fingertips": f"{ABSENT}: a wrist/palm stream has no fingertips",
             "grasp_aperture": f"{ABSENT}: no fingertips",
         },
