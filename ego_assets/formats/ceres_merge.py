@@ -433,11 +433,16 @@ class _Episode:
     metadata: dict[str, Any]
     video: Any = None  # the open mp4 (PyAV input container)
     video_bytes: int = 0
+    replaced: Mapping[str, np.ndarray] | None = None  # `Replacement.columns` of the shard
 
 
-def _read_episode(shard: Path, linked: bool, video: bool, reads: tuple[str, ...] = ()) -> _Episode:
-    """Read shard ``shard`` for the merge: its rows (only ``task_index`` and ``reads``
-    when ``linked``), tasks file, stats, episode metadata, and its mp4 opened (``video``)."""
+def _read_episode(
+    shard: Path, linked: bool, video: bool, replace: Replacement | None = None
+) -> _Episode:
+    """Read shard ``shard`` for the merge: its rows (only ``task_index`` and what
+    ``replace`` reads when ``linked``), tasks file, stats, episode metadata, the columns
+    ``replace`` computes, and its mp4 opened (``video``)."""
+    reads = replace.reads if replace is not None else ()
     data_file = _one(shard, "data", ".parquet")
     raw = data_file.read_bytes()
     metadata_raw = (shard / METADATA_FILE).read_bytes()
@@ -449,6 +454,8 @@ def _read_episode(shard: Path, linked: bool, video: bool, reads: tuple[str, ...]
         metadata_raw=metadata_raw,
         metadata=dict(json_loads(metadata_raw)),
     )
+    if replace is not None:
+        episode.replaced = replace.columns(episode.metadata, episode.table)
     if video:
         import av
 
@@ -459,7 +466,10 @@ def _read_episode(shard: Path, linked: bool, video: bool, reads: tuple[str, ...]
 
 
 def _read_ahead(
-    jobs: list[tuple[Path, bool]], video: bool, depth: int = 4, reads: tuple[str, ...] = ()
+    jobs: list[tuple[Path, bool]],
+    video: bool,
+    depth: int = 4,
+    replace: Replacement | None = None,
 ) -> Generator[_Episode, None, None]:
     """`_read_episode` of each (shard, linked) in order, up to ``depth`` shards ahead on a
     thread of its own: its Parquet decoding, file reads and the mp4's stream probing
@@ -468,7 +478,7 @@ def _read_ahead(
         pending: deque[Future[_Episode]] = deque()
         try:
             for shard, linked in jobs:
-                pending.append(pool.submit(_read_episode, shard, linked, video, reads))
+                pending.append(pool.submit(_read_episode, shard, linked, video, replace))
                 if len(pending) > depth:
                     yield pending.popleft().result()
             while pending:
@@ -566,7 +576,7 @@ def merge_shards(
     jobs = [
         (shard, reuse is not None and position < reuse.shards) for position, shard, _ in included
     ]
-    read = _read_ahead(jobs, camera_shape is not None, reads=replace.reads if replace else ())
+    read = _read_ahead(jobs, camera_shape is not None, replace=replace)
     try:
         for new_index, ((position, shard, _), episode) in enumerate(
             zip(included, read, strict=True)
@@ -578,7 +588,7 @@ def merge_shards(
             table = episode.table
             n = table.num_rows
             task_index = tasks.remap(episode.tasks)[table.column("task_index").to_numpy()]
-            table = replaced.apply(episode.metadata, table, linked)
+            table = replaced.apply(episode, table, linked)
             if not linked:
                 for name, values in (
                     ("episode_index", np.full(n, new_index, dtype=np.int64)),
@@ -684,12 +694,12 @@ class _Replaced:
     def __contains__(self, feature: str) -> bool:
         return feature in self.features
 
-    def apply(self, metadata: dict[str, Any], table: pa.Table, linked: bool) -> pa.Table:
-        """``table`` with the new columns (a linked episode's rows are not written: only
-        their values and stats are kept)."""
-        if self.replace is None:
+    def apply(self, episode: _Episode, table: pa.Table, linked: bool) -> pa.Table:
+        """``table`` with ``episode``'s new columns, computed as it was read ahead (a
+        linked episode's rows are not written: only their values and stats are kept)."""
+        if self.replace is None or episode.replaced is None:
             return table
-        new = self.replace.columns(metadata, table)
+        metadata, new = episode.metadata, episode.replaced
         for feature in self.features:
             values = np.ascontiguousarray(new[feature], dtype=np.float32)
             width = self.features[feature]["shape"][0]

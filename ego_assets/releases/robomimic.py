@@ -74,6 +74,7 @@ def pack_robomimic(
     env_args = None
     derived = space is not None and space.derived
     clocks: dict[str, np.ndarray] = {}
+    layouts: dict[str, tuple[dict[str, Any], dict[str, list[str] | None]]] = {}
     for i, episode in enumerate(ordered):
         source = Path(root) / episode.exports[EXPORT_NAME]["path"]
         target = folder / EPISODES / f"{episode.capture_key}.hdf5"
@@ -84,7 +85,9 @@ def pack_robomimic(
                 if env_args is None:
                     env_args = f["data"].attrs["env_args"]
                 if derived:
-                    clocks[episode.capture_key] = f[SOURCE_DEMO]["timestamp_ns"][...]
+                    demo = f[SOURCE_DEMO]
+                    clocks[episode.capture_key] = demo["timestamp_ns"][...]
+                    layouts[episode.capture_key] = _layout(demo)
         except (OSError, KeyError) as exc:
             raise ValueError(f"capture {episode.capture_key}: {source}: {exc}") from None
         demos[episode.capture_key] = f"demo_{i}"
@@ -95,11 +98,17 @@ def pack_robomimic(
             if space is not None and derived:
                 table = derive(Path(root), key, space, clocks[key], notes)
                 first = first or table
-                _derived_demo(data, name, folder, key, table)
+                _derived_demo(data, name, key, layouts[key], table)
             else:
                 data[name] = h5py.ExternalLink(f"{EPISODES}/{key}.hdf5", SOURCE_DEMO)
         if space is not None and derived:
-            data.attrs["ego_actions"] = json_bytes(describe_json(space, first)).decode()
+            described = describe_json(space, first)
+            if first is not None:
+                described["obs"] = {
+                    k: [first.state_names[c] for c in columns]
+                    for k, columns in obs_groups(first.state_names).items()
+                }
+            data.attrs["ego_actions"] = json_bytes(described).decode()
         data.attrs["env_args"] = env_args
         data.attrs["total"] = np.int64(total)
         f.create_dataset("ego/capture_keys", data=np.array(list(demos), dtype="S"))
@@ -112,19 +121,29 @@ def pack_robomimic(
     return {"file": f"{FOLDER}/{FILE}", "total": total, "demos": demos, "splits": counts}
 
 
-def _derived_demo(data: h5py.Group, name: str, folder: Path, key: str, table: Any) -> None:
-    """``data/<name>`` as a group over the episode file with the derived obs and actions
-    of ``table`` (`ActionTable`; see the module docstring)."""
+def _layout(demo: h5py.Group) -> tuple[dict[str, Any], dict[str, list[str] | None]]:
+    """A source demo's attributes and children (a group's: its member names)."""
+    children: dict[str, list[str] | None] = {}
+    for child, item in demo.items():
+        children[child] = list(item) if isinstance(item, h5py.Group) else None
+    return dict(demo.attrs), children
+
+
+def _derived_demo(
+    data: h5py.Group,
+    name: str,
+    key: str,
+    layout: tuple[dict[str, Any], dict[str, list[str] | None]],
+    table: Any,
+) -> None:
+    """``data/<name>`` as a group over the episode file (``layout``: its demo's attributes
+    and children) with the derived obs and actions of ``table`` (`ActionTable`; see the
+    module docstring)."""
     target = f"{EPISODES}/{key}.hdf5"
     demo = data.create_group(name, track_order=True)
-    with h5py.File(folder / target, "r") as f:
-        source = f[SOURCE_DEMO]
-        for attr, value in source.attrs.items():
-            demo.attrs[attr] = value
-        children = {
-            child: set(source[child]) if isinstance(source[child], h5py.Group) else None
-            for child in source
-        }
+    attrs, children = layout
+    for attr, value in attrs.items():
+        demo.attrs[attr] = value
     for child, members in children.items():
         if child in ("obs", "next_obs"):
             group = demo.create_group(child, track_order=True)
@@ -140,9 +159,8 @@ def _derived_demo(data: h5py.Group, name: str, folder: Path, key: str, table: An
     later = np.minimum(np.arange(n) + 1, max(n - 1, 0))
     for obs_key, columns in obs_groups(table.state_names).items():
         values = np.ascontiguousarray(table.state[:, columns], dtype=np.float32)
-        for group, rows in ((obs, values), (next_obs, values[later])):
-            ds = group.create_dataset(obs_key, data=rows)
-            ds.attrs["names"] = [table.state_names[c] for c in columns]
+        obs.create_dataset(obs_key, data=values)
+        next_obs.create_dataset(obs_key, data=values[later])
     for hand in sorted(k for k in table.valid if k != "action"):
         if f"valid_{hand}" in obs or not any(n_.startswith(f"{hand}.") for n_ in table.state_names):
             continue
@@ -157,5 +175,4 @@ def _derived_demo(data: h5py.Group, name: str, folder: Path, key: str, table: An
     scale.make_scale("action_component")
     actions = demo.create_dataset("actions", data=np.asarray(table.action, dtype=np.float32))
     actions.dims[1].attach_scale(scale)
-    actions.attrs["comment"] = "derived action space: see /data attribute ego_actions"
     demo.create_dataset("actions_valid", data=table.valid["action"].astype(np.uint8))
