@@ -237,7 +237,8 @@ def test_robomimic_obs_and_actions_are_derived_on_the_demo_clock(eef, built_root
             _same(demo["next_obs/eef_pose_left"][:-1], demo["obs/eef_pose_left"][1:])
             _same(demo["actions"][...], table.action)
             assert [s.decode() for s in demo["action_component"][...]] == list(table.action_names)
-            assert demo["obs/eef_pose_left"].attrs["names"][0] == "left.eef.x"
+            assert described["obs"]["eef_pose_left"][0] == "left.eef.x"
+            assert described["obs"]["gripper_closed_right"] == ["right.gripper_closed"]
             assert demo.attrs["num_samples"] == len(table.sample_ns)
             # the episode's own obs through the links, the episode file unchanged
             with h5py.File(eef.path / "robomimic" / "episodes" / f"{key}.hdf5") as src:
@@ -345,3 +346,38 @@ def test_changing_the_space_makes_a_new_version_and_diff_says_so(built_root, tmp
     out = capsys.readouterr().out
     assert "* action space source -> fingertips (frame head, hands both, rotation rot6d, " in out
     assert "horizon 2," in out
+
+
+def test_state_members_at_once_are_the_bytes_tar_sample_writes():
+    from types import SimpleNamespace
+
+    from ego_assets.formats.egosmith_webdataset import tar_sample
+    from ego_assets.releases.webdataset import _state_members
+
+    rng = np.random.default_rng(0)
+    keys = [f"demo_ep000007_f{i:06d}" for i in range(5)]
+    table = SimpleNamespace(
+        state=rng.normal(size=(5, 22)).astype(np.float32),
+        action=rng.normal(size=(5, 44)).astype(np.float32),
+    )
+    table.state[1, :11] = np.nan
+    valid = rng.random((5, 3)) > 0.5
+    got = _state_members(keys, table, valid)
+    for i, key in enumerate(keys):
+        want = tar_sample(
+            key,
+            [
+                ("state.npy", npy(table.state[i])),
+                ("action.npy", npy(table.action[i])),
+                ("valid.npy", npy(valid[i])),
+            ],
+        )
+        assert got[i].tobytes() == want
+    mixed = [*keys[:4], "demo_ep000007_f1000000"]  # one key longer: member by member
+    assert _state_members(mixed, table, valid)[4].tobytes().startswith(b"demo_ep000007_f1000000")
+
+
+def npy(array):
+    from ego_assets.formats.egosmith_webdataset import npy_bytes
+
+    return npy_bytes(array)

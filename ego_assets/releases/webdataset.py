@@ -243,6 +243,52 @@ def _sample_meta(data: bytes, bounds: list[int]) -> list[tuple[str, int]]:
     return out
 
 
+def _member_blocks(keys: list[str], ext: str, payloads: np.ndarray) -> np.ndarray:
+    """(N, 512 + padded payload) uint8: member ``<key>.<ext>`` of every sample, its USTAR
+    header and padded data exactly as `tar_sample` writes them (``payloads``: (N, B)
+    uint8, one row a sample). The first header is `tarfile`'s; the others are it with
+    their name and checksum set, all at once (the keys have one length)."""
+    n, size = payloads.shape
+    template = np.frombuffer(tar_sample(keys[0], [(ext, bytes(size))])[:512], dtype=np.uint8)
+    heads = np.repeat(template[None, :], n, axis=0)
+    names = np.frombuffer("".join(f"{k}.{ext}" for k in keys).encode(), dtype=np.uint8)
+    heads[:, : len(keys[0]) + 1 + len(ext)] = names.reshape(n, -1)
+    heads[:, 148:156] = ord(" ")
+    sums = heads.sum(axis=1, dtype=np.int64)
+    digits = (sums[:, None] // 8 ** np.arange(5, -1, -1)) % 8 + ord("0")
+    heads[:, 148:154] = digits.astype(np.uint8)
+    heads[:, 154] = 0
+    padded = np.zeros((n, size + (-size % 512)), dtype=np.uint8)
+    padded[:, :size] = payloads
+    return np.concatenate([heads, padded], axis=1)
+
+
+def _state_members(keys: list[str], table: Any, valid: np.ndarray) -> np.ndarray:
+    """(N, bytes) uint8: the ``state.npy``, ``action.npy`` and ``valid.npy`` members of
+    every sample (`tar_sample`'s bytes; by it alone when the keys differ in length)."""
+    arrays = (("state.npy", table.state), ("action.npy", table.action), ("valid.npy", valid))
+    payloads = [
+        (
+            ext,
+            np.concatenate(
+                [
+                    np.frombuffer(npy_header(a[0]), np.uint8)[None].repeat(len(a), 0),
+                    np.ascontiguousarray(a).view(np.uint8).reshape(len(a), -1),
+                ],
+                axis=1,
+            ),
+        )
+        for ext, a in arrays
+    ]
+    if len({len(k) for k in keys}) == 1 and len(keys[0]) + 11 <= 100:
+        return np.concatenate([_member_blocks(keys, ext, p) for ext, p in payloads], axis=1)
+    rows = [
+        tar_sample(key, [(ext, p[i].tobytes()) for ext, p in payloads])
+        for i, key in enumerate(keys)
+    ]
+    return np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(keys), -1)
+
+
 def _with_actions(
     root: Path,
     key: str,
@@ -258,25 +304,18 @@ def _with_actions(
     table = derive(root, key, space, ns, notes)
     hands = [h for h in table.valid if h != "action"]
     valid = np.stack([table.valid[h] for h in (*hands, "action")], axis=1)
-    headers = (npy_header(table.state[0]), npy_header(table.action[0]), npy_header(valid[0]))
+    extras = _state_members([k for part in samples for k, _ in part], table, valid)
+    width = extras.shape[1]
     out = []
     row = 0
     for (data, bounds), part in zip(tars, samples, strict=True):
-        pieces: list[bytes] = []
-        new_bounds = [0]
-        for i, (sample_key, _) in enumerate(part):
-            extra = tar_sample(
-                sample_key,
-                [
-                    ("state.npy", headers[0] + table.state[row].tobytes()),
-                    ("action.npy", headers[1] + table.action[row].tobytes()),
-                    ("valid.npy", headers[2] + valid[row].tobytes()),
-                ],
-            )
-            pieces += (data[bounds[i] : bounds[i + 1]], extra)
-            new_bounds.append(new_bounds[-1] + bounds[i + 1] - bounds[i] + len(extra))
-            row += 1
-        out.append((b"".join(pieces), new_bounds))
+        pieces: list[bytes | memoryview] = []
+        view = memoryview(data)
+        for i in range(len(part)):
+            pieces += (view[bounds[i] : bounds[i + 1]], extras[row + i].data)
+        sizes = np.diff(np.asarray(bounds, dtype=np.int64)) + width
+        out.append((b"".join(pieces), [0, *np.cumsum(sizes).tolist()]))
+        row += len(part)
     return out, table
 
 
