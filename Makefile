@@ -15,14 +15,19 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# robomimic 0.3.0 (PyPI) for the Holos HDF5 reader test only, in its own virtualenv: its
-# torch pins fight the platform's. CPU torch + robomimic without its training stack.
+# robomimic 0.3.0 (PyPI) in its own virtualenv (its torch pins fight the platform's), for
+# the Holos HDF5 reader test and its own train.py on a release (docs/releases.md). It is
+# installed with --no-deps beside what those import (pins in constraints.txt): train.py
+# needs torchvision (robomimic's models), imageio and matplotlib. No torchvision on the
+# registries loads beside the CPU-only torch 2.13 wheel, so torch 2.14.1 + torchvision
+# 0.29.1 (with their CUDA libraries: ~5.6 GB). Not needed for low-dim BC with rollouts and
+# TensorBoard off: robosuite, egl_probe, tensorboardX. Re-run when the pins change.
 ROBOMIMIC_VENV := .venv-robomimic
 ROBOMIMIC_STAMP := $(ROBOMIMIC_VENV)/.installed-stamp
-$(ROBOMIMIC_STAMP):
+$(ROBOMIMIC_STAMP): constraints.txt
 	test -x $(ROBOMIMIC_VENV)/bin/python || $(PYTHON) -m venv $(ROBOMIMIC_VENV)
 	$(ROBOMIMIC_VENV)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt \
-		"torch==2.13.0+cpu" numpy h5py six tqdm termcolor psutil
+		torch torchvision numpy h5py six tqdm termcolor psutil imageio matplotlib
 	$(ROBOMIMIC_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps robomimic==0.3.0
 	touch $(ROBOMIMIC_STAMP)
 

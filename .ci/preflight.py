@@ -31,7 +31,7 @@ PACKAGES = {
 VENVS = {
     ".venv": ("the platform with its dev tools (pyproject.toml, constraints.txt)", 2.5),
     ".venv-lerobot": ("", 6.5),  # filled in by `plan` (version and Python)
-    ".venv-robomimic": ("robomimic 0.3.0 + CPU torch 2.13 for the Holos HDF5 reader test", 1.5),
+    ".venv-robomimic": ("robomimic 0.3.0, torch 2.14: Holos HDF5 reader test, train.py", 5.6),
 }
 POSTGRES = ("127.0.0.1", 5432)
 REDIS = ("127.0.0.1", 6379)

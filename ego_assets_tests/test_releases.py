@@ -67,10 +67,11 @@ def built_root(tmp_path_factory) -> Path:
     return make_release_root(tmp_path_factory.mktemp("release-root"))
 
 
-def make_release_root(root: Path) -> Path:
-    """`CAPTURES` carried through the pipeline, exported and cataloged below ``root``."""
+def make_release_root(root: Path, captures: dict | None = None) -> Path:
+    """``captures`` (default `CAPTURES`) carried through the pipeline, exported and
+    cataloged below ``root``."""
     storage = Storage(root)
-    for index, (key, (kind, faults)) in enumerate(CAPTURES.items()):
+    for index, (key, (kind, faults)) in enumerate((captures or CAPTURES).items()):
         synthesize(
             kind, root / "landing" / key, seconds=2, seed=index, faults=faults, capture_id=key
         )
