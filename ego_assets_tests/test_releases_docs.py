@@ -179,8 +179,9 @@ def test_robomimic_train_block_runs_an_epoch(hands, root, tmp_path):
     assert len(logs) == 1 and "Train Epoch 1" in logs[0].read_text()
 
 
-def _packed_samples(release_path: Path) -> dict[tuple[str, int], np.ndarray]:
-    """(capture id, sample index) -> lowdim of every train sample, read with tarfile."""
+def _packed_samples(release_path: Path) -> dict[tuple[str, int], dict[str, np.ndarray]]:
+    """(capture id, sample index) -> ``state``, ``action`` of every train sample, read
+    with tarfile."""
     index = json.loads((release_path / "webdataset" / "index.json").read_text())
     members: dict[str, dict[str, bytes]] = {}
     for shard in index["splits"]["train"]["shards"]:
@@ -193,8 +194,9 @@ def _packed_samples(release_path: Path) -> dict[tuple[str, int], np.ndarray]:
     out = {}
     for parts in members.values():
         meta = json.loads(parts["meta.json"])
-        lowdim = np.load(io.BytesIO(parts["lowdim.npy"]))
-        out[(meta["capture_id"], int(meta["sample_index"]))] = lowdim
+        out[(meta["capture_id"], int(meta["sample_index"]))] = {
+            name: np.load(io.BytesIO(parts[f"{name}.npy"])) for name in ("state", "action")
+        }
     return out
 
 
@@ -209,10 +211,14 @@ def test_webdataset_windows_block_batches_windows(hands, root, tmp_path):
         per_episode[capture] = per_episode.get(capture, 0) + 1
     # windows of 8 consecutive samples within an episode, 4 a batch, the last partial dropped
     windows = sum(n - 8 + 1 for n in per_episode.values())
-    width = next(iter(packed.values())).shape[0]
     assert printed["batches"] == windows // 4
-    assert printed["shape"] == [4, 8, width]
+    assert printed["state"] == [4, 8, 22] and printed["action"] == [4, 8, 22]
+    assert printed["names"] == ["left.eef.x", "left.eef.y", "left.eef.z"]
     first = printed["first"]
     assert first == {"capture_id": "rel-vp", "sample_index": 0}
-    want = packed[(first["capture_id"], first["sample_index"])]
-    np.testing.assert_array_equal(np.asarray(printed["first_row"], dtype=want.dtype), want)
+    for name in ("state", "action"):
+        want = np.stack([packed[("rel-vp", i)][name] for i in range(8)])
+        got = np.asarray(printed[f"{name}_rows"], dtype=want.dtype)
+        np.testing.assert_array_equal(got, want)
+    # the next sample's state is this one's action (absolute, horizon 1)
+    np.testing.assert_array_equal(printed["action_rows"][0], printed["state_rows"][1])
