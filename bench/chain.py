@@ -12,7 +12,9 @@ call (no Dagster): ``land`` (EgoDex only: `land_episode`, the import), ``raw``
 (`pipeline.ingest_raw`), ``trajectory`` (`pipeline.normalize`), ``quality``
 (`pipeline.assess_quality`: report, timeline PNG, GX checks, Rerun recording, gate) and
 the three exports (`run_export`: ``holos``, ``egosmith``, ``ceres``). One short capture
-of every kind goes through first, untimed (lazy imports, the GX context).
+of every kind goes through first, untimed (lazy imports, the GX context), after the GX
+context is built and what is loaded frozen, as a warm run parent does before it forks a
+run's worker.
 
 Right after each step, on the same bytes, its floor (the least work its output needs,
 with the plain libraries; inputs read into memory untimed):
@@ -194,13 +196,19 @@ def _parse_file(path: Path) -> None:
             container.streams.video[0].frames  # noqa: B018 (the header's frame count)
 
 
+def uncached_trajectory(folder: Path) -> Any:
+    """The stored trajectory in ``folder``, read without filling (or using) the store's
+    read cache, which would hand the next step a read the floors' setup paid for."""
+    from ego_assets.trajectory import store
+
+    return getattr(store, "_read_trajectory", store.read_trajectory)(folder)
+
+
 def trajectory_arrays(folder: Path) -> list[tuple[str, np.ndarray]]:
     """Every array of the stored trajectory in ``folder`` (timestamps, times, flags,
     fields), named ``<stream>/<array>``."""
-    from ego_assets.trajectory.store import read_trajectory
-
     out = []
-    for stream in read_trajectory(folder).streams:
+    for stream in uncached_trajectory(folder).streams:
         out += [
             (f"{stream.name}/timestamp_ns", stream.timestamp_ns),
             (f"{stream.name}/time", stream.time),
@@ -416,9 +424,7 @@ class Chain:
         with _timed(steps.setdefault("quality", {})):
             gate = pipeline.assess_quality(self.storage, key).figures["gate"]
         if floors:
-            from ego_assets.trajectory.store import read_trajectory
-
-            streams = read_trajectory(traj_dir).streams
+            streams = uncached_trajectory(traj_dir).streams
             with _timed(floor.setdefault("quality", {})):
                 quality_floor(streams)
         exported = self._exports(key, steps, floor if floors else None)
@@ -499,9 +505,8 @@ class Chain:
     def _egosmith_floor(self, key: str, folder: Path) -> Callable[[], None]:
         from ego_assets.formats.egosmith_lowdim import episode_arrays, head_camera
         from ego_assets.storage import raw_capture_dir
-        from ego_assets.trajectory.store import read_trajectory
 
-        trajectory = read_trajectory(Path(self.storage.stage_path("trajectory", key).path))
+        trajectory = uncached_trajectory(Path(self.storage.stage_path("trajectory", key).path))
         raw = Path(raw_capture_dir(self.storage.stage_path("raw", key)).path)
         video = raw / head_camera(trajectory).media.path
         frames = {int(i) for i in episode_arrays(trajectory).frame_index}
@@ -520,10 +525,9 @@ class Chain:
 
         from ego_assets.formats.ceres_episode import build_rows
         from ego_assets.storage import raw_capture_dir
-        from ego_assets.trajectory.store import read_trajectory
 
         lineage = json.loads((folder / "lineage.json").read_text())
-        trajectory = read_trajectory(Path(self.storage.stage_path("trajectory", key).path))
+        trajectory = uncached_trajectory(Path(self.storage.stage_path("trajectory", key).path))
         rows = build_rows(trajectory)
         raw = Path(raw_capture_dir(self.storage.stage_path("raw", key)).path)
         src = raw / rows.camera.path if rows.camera is not None else raw
@@ -618,6 +622,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="bench-chain-") as tmp:
         chain = Chain(Path(tmp))
         warm_up()
+        _freeze_loaded()
         for kind in kinds:
             for item in chain.stage(kind, 1, WARM_SECONDS, head_size, "warm"):
                 chain.run(kind, item, "warm")
@@ -638,6 +643,17 @@ def run(
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "targets": TARGETS,
     }
+
+
+def _freeze_loaded() -> None:
+    """What a warm run parent does once its step libraries and GX are loaded, before it
+    forks a run's worker (`ego_assets.exports.preload.freeze_loaded`; a tree without it:
+    nothing)."""
+    from ego_assets.exports import preload
+
+    freeze = getattr(preload, "freeze_loaded", None)
+    if freeze is not None:
+        freeze()
 
 
 def _child(tree: Path, argv: list[str], out: Path) -> dict[str, Any]:

@@ -245,9 +245,13 @@ def test_preload_imports_what_the_exporters_import_where_they_use_it() -> None:
         "from ego_assets.exports.preload import preload_exports\n"
         "failed = preload_exports()\n"
         "after = {m for m in ('av', 'h5py', 'webdataset') if m in sys.modules}\n"
-        "print(sorted(before), failed, sorted(after))\n"
+        "import gc, h5py\n"
+        "frozen = gc.get_freeze_count()\n"
+        "tracked = any(o is h5py.File for o in gc.get_objects())\n"
+        "print(sorted(before), failed, sorted(after), frozen > 10_000, tracked)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
     ).stdout
-    assert out.strip() == "[] [] ['av', 'h5py', 'webdataset']"
+    # what was loaded is frozen: the collector no longer walks the libraries' objects
+    assert out.strip() == "[] [] ['av', 'h5py', 'webdataset'] True False"

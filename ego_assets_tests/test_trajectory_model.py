@@ -236,3 +236,27 @@ def test_stores_of_layout_1_read_as_they_were_written():
     old = read_trajectory(LAYOUT1)
     _assert_same_streams(old, full_trajectory())
     assert old.header_to_dict() == full_trajectory().header_to_dict()
+
+
+def test_a_stored_trajectory_is_read_once_per_version_and_shared_read_only(tmp_path):
+    target = tmp_path / "ep"
+    write_trajectory(full_trajectory(), target)
+    first = read_trajectory(target)
+    assert read_trajectory(target) is first  # the quality step and three exports: one read
+    position = first.stream("hand_right_world").fields["position"]
+    assert not position.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        position[0, 0, 0] = 9.0
+    # a new write is a new version: read again, with the new values
+    changed = full_trajectory()
+    moved = changed.stream("hand_right_world").fields["position"]
+    moved[0, 0, 0] = 0.125
+    write_trajectory(changed, target)
+    second = read_trajectory(target)
+    assert second is not first
+    assert second.stream("hand_right_world").fields["position"][0, 0, 0] == 0.125
+    assert first.stream("hand_right_world").fields["position"][0, 0, 0] != 0.125
+    store.clear_read_cache()
+    third = read_trajectory(target)
+    assert third is not second
+    _assert_same_streams(third, second)

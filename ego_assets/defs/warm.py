@@ -57,6 +57,7 @@ from ego_assets.defs.runs import WARM_WORKER_TAG, LocalRunLauncher, process_aliv
 from ego_assets.exports.preload import (
     EXPORT_LIBRARIES,
     EXPORT_PACKAGES,
+    freeze_loaded,
     import_quietly,
     package_modules,
 )
@@ -84,12 +85,14 @@ class WarmPoolError(RuntimeError):
 
 
 def warm_steps() -> list[str]:
-    """Import the step libraries and packages and build the GX context once; returns the
+    """Import the step libraries and packages and build the GX context once, then freeze
+    what is loaded (`freeze_loaded`: the children's collections skip it); returns the
     names that failed to import (logged, never fatal: the step imports them itself)."""
     from ego_assets.quality.expectations import warm_up
 
     failed = import_quietly([*STEP_LIBRARIES, *package_modules(STEP_PACKAGES)])
     warm_up()
+    freeze_loaded()
     return failed
 
 

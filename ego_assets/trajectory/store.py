@@ -30,6 +30,8 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,6 +57,10 @@ STAGING_SUFFIX = ".tmp"
 OLD_MARK = ".old-"
 STORE_LAYOUT = 2  # see the module docstring; 1: every shaped field one column per component
 LIST_MAX_ROWS = 1024  # streams up to this many rows keep a shaped field as one list column
+# `read_trajectory` keeps the last trajectories it read, up to this many bytes of arrays
+READ_CACHE_BYTES = 256 * 1024 * 1024
+_READ_CACHE: OrderedDict[tuple[Any, ...], tuple[Trajectory, int]] = OrderedDict()
+_READ_LOCK = threading.Lock()
 
 
 def component_names(name: str, shape: tuple[int, ...]) -> list[str]:
@@ -275,8 +281,60 @@ def read_stream(folder: Path, name: str) -> Stream:
     return table_to_stream(pq.read_table(Path(folder) / STREAMS_DIR / stream_file_name(name)))
 
 
+def _stored_identity(folder: Path) -> tuple[Any, ...] | None:
+    """What names one stored version of the episode in ``folder``: the folder and its
+    ``capture.json`` (device, inode, size, modification and change times; every write
+    makes a new folder with a new ``capture.json``). None when there is none."""
+    try:
+        st = (Path(folder) / CAPTURE_JSON).stat()
+    except FileNotFoundError:
+        return None
+    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return (str(Path(folder).resolve()), *ident)
+
+
+def _read_only(trajectory: Trajectory) -> int:
+    """Mark every array of ``trajectory`` read-only (it is shared); returns their bytes."""
+    total = 0
+    for stream in trajectory.streams:
+        for values in (stream.timestamp_ns, stream.time, stream.flags, *stream.fields.values()):
+            values.flags.writeable = False
+            total += values.nbytes
+    return total
+
+
 def read_trajectory(folder: Path) -> Trajectory:
-    """The whole `Trajectory` stored in ``folder``."""
+    """The whole `Trajectory` stored in ``folder``.
+
+    The last trajectories read (at most `READ_CACHE_BYTES` of arrays) are kept in this
+    process, by the stored version's identity (`_stored_identity`): the quality step and
+    the three exports of one capture read its store once. Their arrays are read-only
+    (every reader gets the same ones).
+    """
+    identity = _stored_identity(folder)
+    if identity is not None:
+        with _READ_LOCK:
+            cached = _READ_CACHE.get(identity)
+            if cached is not None:
+                _READ_CACHE.move_to_end(identity)
+                return cached[0]
+    trajectory = _read_trajectory(folder)
+    size = _read_only(trajectory)
+    if identity is not None and size <= READ_CACHE_BYTES:
+        with _READ_LOCK:
+            _READ_CACHE[identity] = (trajectory, size)
+            while sum(n for _, n in _READ_CACHE.values()) > READ_CACHE_BYTES:
+                _READ_CACHE.popitem(last=False)
+    return trajectory
+
+
+def clear_read_cache() -> None:
+    """Forget the trajectories `read_trajectory` keeps."""
+    with _READ_LOCK:
+        _READ_CACHE.clear()
+
+
+def _read_trajectory(folder: Path) -> Trajectory:
     header, index = read_header(folder)
     streams = tuple(read_stream(folder, entry["name"]) for entry in index)
     return Trajectory(
