@@ -75,22 +75,24 @@ def make_release_root(root: Path, captures: dict | None = None) -> Path:
         synthesize(
             kind, root / "landing" / key, seconds=2, seed=index, faults=faults, capture_id=key
         )
-        pipeline.ingest_raw(storage, key)
-        pipeline.normalize(storage, key)
-        pipeline.assess_quality(storage, key)
-        gate = pipeline.stored_gate(storage, key)
-        assert gate is not None
-        if gate.passed:
-            for exporter in (EgoSmithExporter(OPTIONS), HolosExporter(), CeresExporter()):
-                export_capture(
-                    storage,
-                    key,
-                    exporter,
-                    episode_index=40 + index,
-                    gate_version=gate.data_version,
-                )
+        carry_through(storage, key, episode_index=40 + index)
     _build_catalog(storage)
     return root
+
+
+def carry_through(storage: Storage, key: str, episode_index: int) -> None:
+    """A landed capture to its trajectory, quality report, gate and (if it passes) its
+    three exports."""
+    pipeline.ingest_raw(storage, key)
+    pipeline.normalize(storage, key)
+    pipeline.assess_quality(storage, key)
+    gate = pipeline.stored_gate(storage, key)
+    assert gate is not None
+    if gate.passed:
+        for exporter in (EgoSmithExporter(OPTIONS), HolosExporter(), CeresExporter()):
+            export_capture(
+                storage, key, exporter, episode_index=episode_index, gate_version=gate.data_version
+            )
 
 
 def _build_catalog(storage: Storage) -> None:

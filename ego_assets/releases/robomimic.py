@@ -25,7 +25,11 @@ groups an external link into the episode file as before (its ``actions`` as
 sample later, the last row repeated), ``actions`` (T, A) with its ``action_component``
 names as a dimension scale, and ``actions_valid``. Every value comes from
 `derived.derive` on the demo's own ``timestamp_ns``; the episode files stay as exported.
-``/data``'s ``ego_actions`` attribute holds the space and the names as JSON.
+``/data``'s ``ego_actions`` attribute holds the space and the names as JSON. Such a
+demo also carries its language (`language.demo_attrs`): ``ego_task``,
+``ego_instructions`` (JSON list) and ``ego_segments`` (JSON: each retained segment's
+text and sample range ``[start, end)`` on the demo's clock). A linked demo has only the
+export's attributes (a link cannot carry any): the Holos export writes no language.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import numpy as np
 from ego_assets.actions import ActionSpace
 from ego_assets.fileio import json_bytes, link_or_copy
 from ego_assets.releases.derived import SourceNotes, derive, describe_json, obs_groups
+from ego_assets.releases.language import demo_attrs, read_language
 from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
 
@@ -75,6 +80,7 @@ def pack_robomimic(
     derived = space is not None and space.derived
     clocks: dict[str, np.ndarray] = {}
     layouts: dict[str, tuple[dict[str, Any], dict[str, list[str] | None]]] = {}
+    tasks = {e.capture_key: e.task for e in ordered}
     for i, episode in enumerate(ordered):
         source = Path(root) / episode.exports[EXPORT_NAME]["path"]
         target = folder / EPISODES / f"{episode.capture_key}.hdf5"
@@ -99,6 +105,8 @@ def pack_robomimic(
                 table = derive(Path(root), key, space, clocks[key], notes)
                 first = first or table
                 _derived_demo(data, name, key, layouts[key], table)
+                language = read_language(Path(root), key, tasks[key])
+                data[name].attrs.update(demo_attrs(language, table.sample_ns))
             else:
                 data[name] = h5py.ExternalLink(f"{EPISODES}/{key}.hdf5", SOURCE_DEMO)
         if space is not None and derived:
