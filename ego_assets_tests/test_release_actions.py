@@ -381,3 +381,32 @@ def npy(array):
     from ego_assets.formats.egosmith_webdataset import npy_bytes
 
     return npy_bytes(array)
+
+
+def test_a_derived_version_grows_by_parts_and_rebuilds_byte_for_byte(built_root, tmp_path):
+    from ego_assets.releases.build import rebuild_release
+
+    root = tmp_path / "data"
+    shutil.copytree(built_root, root)
+    _write_spec(root, "grow", EEF.replace("[split]", '[select]\nsource_kinds = ["webxr"]\n[split]'))
+    v1 = build_release(root, "grow")
+    _write_spec(root, "grow", EEF)
+    v2 = build_release(root, "grow")
+    assert [p["name"] for p in v2.manifest["parts"]] == ["v1", "v2"]  # v1's part kept
+    dataset = v2.path / "lerobot" / "train"
+    first = dataset / "data" / "chunk-000" / "file-000.parquet"  # v1's part: linked
+    assert first.stat().st_ino == (v1.path / first.relative_to(v2.path)).stat().st_ino
+    stats = json.loads((dataset / "meta" / "stats.json").read_text())
+    rows = np.concatenate(
+        [
+            np.array(pq.read_table(p).column("observation.state").to_pylist())
+            for p in sorted(dataset.glob("data/*/*.parquet"))
+        ]
+    )
+    np.testing.assert_allclose(stats["observation.state"]["mean"], np.nanmean(rows, 0), rtol=1e-6)
+    index = json.loads((v2.path / "webdataset" / "index.json").read_text())
+    assert index["actions"]["state_names"] == list(SPACE.state_names())
+    assert v2.manifest["actions"]["sources"]["joint_sets"].keys() >= {"webxr25", "arkit27"}
+    for result in (v1, v2):
+        again = rebuild_release(root, "grow", result.version, tmp_path / f"again-{result.version}")
+        assert _tree(again) == _tree(result.path)
