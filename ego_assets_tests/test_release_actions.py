@@ -410,3 +410,22 @@ def test_a_derived_version_grows_by_parts_and_rebuilds_byte_for_byte(built_root,
     for result in (v1, v2):
         again = rebuild_release(root, "grow", result.version, tmp_path / f"again-{result.version}")
         assert _tree(again) == _tree(result.path)
+
+
+def test_a_capture_that_cannot_give_the_space_fails_the_build_naming_it(built_root, tmp_path):
+    from ego_assets.releases.derived import ActionsError
+
+    root = tmp_path / "data"
+    shutil.copytree(built_root, root)
+    header = root / "trajectory" / "rel-xr-b" / "capture.json"
+    doc = json.loads(header.read_text())  # no head pose, no posed camera: no head frame
+    doc["streams"] = [s for s in doc["streams"] if s["kind"] not in ("pose", "media_frames")]
+    doc["media"] = [m for m in doc["media"] if not m.get("frames_stream")]
+    header.write_text(json.dumps(doc))
+    _write_spec(root, "eef", EEF)
+    with pytest.raises(ActionsError) as err:
+        build_release(root, "eef")
+    message = str(err.value)
+    assert message.startswith(f"capture rel-xr-b: {root / 'trajectory' / 'rel-xr-b'}: ")
+    assert "actions.frame: no head pose is recorded" in message and "\n" not in message
+    assert list((root / "releases" / "eef").iterdir()) == []  # nothing written

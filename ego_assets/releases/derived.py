@@ -15,6 +15,7 @@ the capture start (``start_ns + round(seconds * 1e9)``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ego_assets.actions import ActionSpace, ActionTable, derive_actions
+from ego_assets.actions import ActionSpace, ActionSpaceError, ActionTable, derive_actions
 from ego_assets.fileio import json_loads
 from ego_assets.storage import Storage
 from ego_assets.trajectory.model import CaptureInfo, MediaRef, Trajectory
@@ -98,10 +99,20 @@ def derive(
     try:
         table = derive_actions(trajectory, space, np.asarray(sample_ns, dtype=np.int64))
     except ValueError as exc:
-        raise ActionsError(f"capture {key}: actions.{exc}") from None
+        raise _refused(root, key, exc) from None
     if notes is not None:
         notes.add(key, table.info)
     return table
+
+
+def _refused(root: Path, key: str, exc: ValueError) -> ActionsError:
+    """One line naming the capture, its trajectory and the setting it cannot give."""
+    if isinstance(exc, ActionSpaceError):
+        message = re.sub(r"^capture '[^']*': ", "", exc.message)
+        what = f"actions.{exc.key}: {message}"
+    else:
+        what = f"actions: {exc}"
+    return ActionsError(f"capture {key}: {trajectory_folder(root, key)}: {what}")
 
 
 def ceres_sample_ns(trajectory_start_ns: int, slots: Any, rows: pa.Table) -> np.ndarray:
@@ -152,7 +163,7 @@ class LeRobotActions:
             sample_ns = ceres_sample_ns(trajectory.info.start_ns, slots, rows)
             table = derive_actions(trajectory, self.space, sample_ns)
         except ValueError as exc:
-            raise ActionsError(f"capture {key}: actions: {exc}") from None
+            raise _refused(self.root, key, exc) from None
         if self.notes is not None:
             self.notes.add(key, table.info)
         return {STATE_FEATURE: table.state, ACTION_FEATURE: table.action}
