@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import warnings
@@ -157,14 +158,38 @@ def _key(args: argparse.Namespace, path: Path) -> str:
     return str(args.key or path.resolve().name)
 
 
+def _checked_seconds(seconds: float) -> float:
+    """``--seconds`` when it is a finite number > 0, else UsageError naming the flag."""
+    if not seconds > 0:
+        raise UsageError(f"--seconds must be > 0 (got {seconds:g})")
+    if not math.isfinite(seconds):
+        raise UsageError(f"--seconds must be a finite number of seconds (got {seconds:g})")
+    return seconds
+
+
+def _local_folder(text: str, what: str) -> Path:
+    """``text`` as a local folder that exists or can be created (nothing is created
+    here), else UsageError naming ``what`` (the flag or variable it came from)."""
+    if "://" in text:
+        raise UsageError(f"{what} {text}: a local folder is needed, not a URL")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{what} {path} is not a folder")
+    parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if parent is not None and not path.exists() and not parent.is_dir():
+        raise UsageError(f"{what} {path}: {parent} is not a folder")
+    return path
+
+
 def _synth(args: argparse.Namespace) -> int:
     from ego_assets.capture.files import MARKER_FILE
-    from ego_assets.synth import synthesize
+    from ego_assets.synth import check_options, synthesize
     from ego_assets.trajectory.store import atomic_directory
 
     out = Path(args.out)
-    _free_output(out, args.force, MARKER_FILE, "capture")
     faults = [f for f in (args.faults or "").split(",") if f]
+    check_options(args.kind, _checked_seconds(args.seconds), faults)  # before any write
+    _free_output(out, args.force, MARKER_FILE, "capture")
     with _progress(args), atomic_directory(out) as staging:
         synthesize(args.kind, staging, seconds=args.seconds, seed=args.seed, faults=faults)
     print(out)
@@ -255,7 +280,12 @@ def _inspect(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from ego_assets.dagster_client import run_demo
 
-    return run_demo(Path(args.data), seconds=args.seconds)
+    # every input checked before the demo writes anything (#35)
+    seconds = _checked_seconds(args.seconds)
+    data = _local_folder(args.data, "--data")
+    if os.environ.get("DAGSTER_HOME"):
+        _local_folder(os.environ["DAGSTER_HOME"], "DAGSTER_HOME")
+    return run_demo(data, seconds=seconds)
 
 
 STAGES_OF_A_CAPTURE = ("raw", "trajectory", "quality")  # a capture seen by the platform

@@ -56,6 +56,57 @@ def test_bad_fault_option_and_bad_capture_are_reported_not_raised(tmp_path, caps
     assert not (tmp_path / "out").exists()
 
 
+def _tree(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+NOT_A_URL = "a local folder is needed, not a URL"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seconds", "-3"], "error: --seconds must be > 0 (got -3)"),
+        (["--seconds", "0"], "error: --seconds must be > 0 (got 0)"),
+        (["--seconds", "nan"], "error: --seconds must be > 0 (got nan)"),
+        (["--seconds", "inf"], "error: --seconds must be a finite number of seconds (got inf)"),
+        (["--data", "notes.txt"], "error: --data notes.txt is not a folder"),
+        (["--data", "notes.txt/d"], "error: --data notes.txt/d: {cwd}/notes.txt is not a folder"),
+        (["--data", "s3://b/data"], f"error: --data s3://b/data: {NOT_A_URL}"),
+        ([], "error: DAGSTER_HOME {cwd}/notes.txt is not a folder"),
+    ],
+)
+def test_demo_refuses_bad_input_before_writing_anything(
+    tmp_path, capsys, monkeypatch, argv, message
+):
+    """`ego-assets demo` checks every flag (and $DAGSTER_HOME) first (#35): rc 2, one
+    line naming the flag, and not even ./data/landing created."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("not a folder")
+    if not argv:
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "notes.txt"))
+    else:
+        monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert main(["demo", *argv]) == 2
+    assert _one_line_error(capsys) == message.format(cwd=tmp_path)
+    assert _tree(tmp_path) == ["notes.txt"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seconds", "-3"], "error: --seconds must be > 0 (got -3)"),
+        (["--seconds", "inf"], "error: --seconds must be a finite number of seconds (got inf)"),
+        (["--faults", "dropout,bogus"], "error: unknown fault option(s) ['bogus']; known: "),
+    ],
+)
+def test_synth_refuses_bad_options_before_writing_anything(tmp_path, capsys, argv, message):
+    out = tmp_path / "sub" / "cap"
+    assert main(["synth", "--kind", "webxr", *argv, str(out)]) == 2
+    assert _one_line_error(capsys).startswith(message)
+    assert _tree(tmp_path) == []  # not even the parent folder
+
+
 def test_help_states_every_option_its_default_and_the_kinds_and_faults(capsys):
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]

@@ -249,3 +249,34 @@ def test_the_demo_builds_the_eef_sample_release_beside_it(demo: Demo) -> None:
     assert f"release demo-eef v1 (written now): {folder}" in out
     assert f"  state 22 values, action 22: {actions['describe']}" in out
     assert "## State and actions" in (folder / "README.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["demo", "demo-eef"])
+def test_the_demo_s_releases_read_materialized_in_its_dagster_instance(
+    demo: Demo, name: str
+) -> None:
+    """What `make dev` shows after `make demo` (#35): the ``release`` asset's partition of
+    each sample release Materialized, its metadata the version, episodes and bytes of the
+    manifest."""
+    import dagster as dg
+
+    from ego_assets.dagster_compat import instance_at
+    from ego_assets.defs.releases import RELEASE_KEY, RELEASES_PARTITIONS_NAME, releases_partitions
+
+    manifest = json.loads((demo.data / "releases" / name / "v1" / "release.json").read_text())
+    with instance_at(str(demo.data / ".dagster_home")) as instance:
+        assert name in instance.get_dynamic_partitions(RELEASES_PARTITIONS_NAME)
+        statuses = instance.get_status_by_partition(RELEASE_KEY, [name], releases_partitions)
+        assert statuses is not None and statuses[name].value == "MATERIALIZED"
+        (record,) = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=RELEASE_KEY, asset_partitions=[name]), limit=5
+        ).records
+    event = record.asset_materialization
+    assert event is not None
+    md = {k: getattr(v, "value", v) for k, v in event.metadata.items()}
+    assert (md["version"], md["written"]) == (1, True)
+    assert md["episodes"] == len(manifest["episodes"]) >= 2
+    assert md["bytes"] == sum(f["bytes"] for f in manifest["files"])
+    assert md["path"] == str(demo.data / "releases" / name / "v1")
+    assert event.tags["dagster/data_version"] == manifest["inputs_sha256"]
+    assert event.tags["ego/built_by"] == "ego-assets-demo"

@@ -973,6 +973,56 @@ def test_release_asset_builds_the_partition_and_writes_nothing_new_when_unchange
         assert versions(root, "xr") == [1] and versions(root, "all") == []
 
 
+def test_a_version_built_outside_a_run_is_recorded_as_the_asset_records_it(root):
+    """`record_release` (what `make demo` calls, #35): the partition added, one
+    materialization with the asset's metadata, data version and code version; nothing
+    more for the same version; a new one when a build writes one."""
+    import dagster as dg
+
+    from ego_assets.defs.releases import (
+        RELEASE_KEY,
+        RELEASES_PARTITIONS_NAME,
+        record_release,
+        release,
+    )
+    from ego_assets.defs.resources import StorageResource
+    from ego_assets.releases.build import RELEASE_WRITER_VERSION
+
+    _write_spec(root, "xr", WEBXR_ONLY)
+    resources = {"storage": StorageResource(root=str(root))}
+
+    def recorded(instance: dg.DagsterInstance) -> list[dg.AssetMaterialization]:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=RELEASE_KEY, asset_partitions=["xr"]), limit=10
+        ).records
+        return [r.asset_materialization for r in records if r.asset_materialization]
+
+    def values(event: dg.AssetMaterialization) -> dict:
+        return {k: getattr(v, "value", v) for k, v in event.metadata.items()}
+
+    built = build_release(root, "xr")
+    with dg.instance_for_test() as instance:
+        assert record_release(instance, "xr", built, "a-test")
+        assert instance.get_dynamic_partitions(RELEASES_PARTITIONS_NAME) == ["xr"]
+        [event] = recorded(instance)
+        assert values(event)["version"] == 1 and values(event)["episodes"] == 2
+        assert event.tags["dagster/data_version"] == built.manifest["inputs_sha256"]
+        assert event.tags["dagster/code_version"] == RELEASE_WRITER_VERSION
+        assert event.tags["ego/built_by"] == "a-test"
+        # the same version again (nothing written): nothing new recorded
+        assert not record_release(instance, "xr", build_release(root, "xr"), "a-test")
+        assert len(recorded(instance)) == 1
+    with dg.instance_for_test() as instance:  # the asset's own step, for the same version
+        instance.add_dynamic_partitions(RELEASES_PARTITIONS_NAME, ["xr"])
+        assert dg.materialize([release], partition_key="xr", instance=instance, resources=resources)
+        [by_step] = recorded(instance)
+    step = values(by_step)
+    assert {k: v for k, v in values(event).items() if k != "written"} == {
+        k: v for k, v in step.items() if k != "written"
+    }
+    assert by_step.tags["dagster/data_version"] == event.tags["dagster/data_version"]
+
+
 def test_episodes_releases_column_follows_new_versions_incrementally(root):
     _write_spec(root, "xr", WEBXR_ONLY)
     build_release(root, "xr")

@@ -24,8 +24,10 @@
 5. Builds the sample dataset release ``demo`` (`build_sample_release`: every episode the
    gate allows, all three formats, spec ``<data>/releases/demo.toml`` written when
    missing) below ``<data>/releases/demo/``, and ``demo-eef``, the same episodes with the
-   declared action space ``eef_pose_gripper`` in the head frame, and prints both
-   manifest summaries.
+   declared action space ``eef_pose_gripper`` in the head frame; records each version in
+   the instance as a materialization of its ``release`` partition (so ``make dev`` shows
+   them Materialized, with version, episodes and bytes) and prints both manifest
+   summaries.
 
 A second run finds every run key done and only prints the tables.
 """
@@ -82,7 +84,7 @@ from ego_assets.fixtures import real_fixture
 from ego_assets.landing import skipped_entries
 from ego_assets.quality.waivers import add_waiver, read_waivers
 from ego_assets.storage import Storage
-from ego_assets.synth import synthesize
+from ego_assets.synth import check_options, synthesize
 
 if TYPE_CHECKING:
     from ego_assets.releases.build import BuildResult
@@ -132,6 +134,9 @@ space = "eef_pose_gripper"
 frame = "head"
 """
 )
+# (name, spec) of every sample release, built in this order
+SAMPLE_RELEASES = ((DEMO_RELEASE, DEMO_RELEASE_SPEC), (DEMO_EEF_RELEASE, DEMO_EEF_RELEASE_SPEC))
+DEMO_BUILDER = "ego-assets-demo"  # the ``ego/built_by`` tag of the releases it records
 # Keep the terminal for the progress bar and the tables (a blocked export is a table row,
 # not a traceback); the UI has the full event log.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -283,6 +288,8 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
     Dagster's and dbt's own output (banners, warnings, dbt's log lines) goes to
     ``<data>/logs/demo.log``, not to the terminal; the demo says so.
     """
+    for _, kind, _, faults in DEMO_CAPTURES:  # a bad length refused before any write
+        check_options(kind, seconds, faults)
     data_dir = Path(data_dir).resolve()
     landing = data_dir / "landing"
     landing.mkdir(parents=True, exist_ok=True)
@@ -311,6 +318,10 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
             if requests or tick.inline or published_problem(store):
                 print("building the dataset catalog (dbt)...", file=terminal, flush=True)
                 catalog_error = refresh_aggregates(defs, instance)
+            built = {
+                name: build_sample_release(data_dir, instance, name, text)
+                for name, text in (SAMPLE_RELEASES if not catalog_error else ())
+            }
     print(f"Dagster's and dbt's own output: {log_path}", file=out)
     if tick.died:
         print(f"runs whose process died, run again: {', '.join(sorted(tick.died))}", file=out)
@@ -329,13 +340,7 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
         print(wrap(catalog_error, "dataset catalog: FAILED ", "  "), file=out)
     shown = run_catalog(data_dir, out=out)
     release_errors = []
-    for name, text in (
-        (DEMO_RELEASE, DEMO_RELEASE_SPEC),
-        (DEMO_EEF_RELEASE, DEMO_EEF_RELEASE_SPEC),
-    ):
-        release, error = (
-            build_sample_release(data_dir, name, text) if not catalog_error else (None, "")
-        )
+    for name, (release, error) in built.items():
         if release is not None:
             print_release(release.manifest, release.path, release.written, out)
         elif error:
@@ -346,11 +351,17 @@ def run_demo(data_dir: Path, seconds: float = 8.0, out: TextIO = sys.stdout) -> 
 
 
 def build_sample_release(
-    data_dir: Path, name: str = DEMO_RELEASE, text: str = DEMO_RELEASE_SPEC
+    data_dir: Path,
+    instance: dg.DagsterInstance,
+    name: str = DEMO_RELEASE,
+    text: str = DEMO_RELEASE_SPEC,
 ) -> tuple["BuildResult | None", str]:
-    """Build the sample release ``name`` (its spec ``text`` written when missing):
-    (result, "") or (None, the one-line error)."""
-    from ego_assets.releases.build import build_release  # h5py, PyAV: at use only
+    """Build the sample release ``name`` (its spec ``text`` written when missing) and
+    record the version in ``instance`` as a materialization of its ``release`` partition
+    (`record_release`: Materialized in the UI with version, episodes and bytes, as after
+    a run of the asset): (result, "") or (None, the one-line error)."""
+    from ego_assets.defs.releases import record_release  # h5py, PyAV: at use only
+    from ego_assets.releases.build import build_release
     from ego_assets.releases.spec import spec_path
 
     spec = spec_path(data_dir, name)
@@ -358,9 +369,11 @@ def build_sample_release(
         spec.parent.mkdir(parents=True, exist_ok=True)
         spec.write_text(text, encoding="utf-8")
     try:
-        return build_release(data_dir, name), ""
+        result = build_release(data_dir, name)
     except ValueError as exc:
         return None, str(exc)
+    record_release(instance, name, result, DEMO_BUILDER)
+    return result, ""
 
 
 def refresh_aggregates(defs: dg.Definitions, instance: dg.DagsterInstance) -> str:

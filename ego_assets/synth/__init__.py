@@ -8,11 +8,18 @@ the completion marker ``ego_capture.json`` listing every other file.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from ego_assets.capture.manifest import write_marker
-from ego_assets.synth.faults import FAULT_MEANINGS, FAULTS, PLAUSIBILITY_FAULTS, make_plan
+from ego_assets.synth.faults import (
+    FAULT_MEANINGS,
+    FAULTS,
+    PLAUSIBILITY_FAULTS,
+    FaultPlan,
+    make_plan,
+)
 from ego_assets.synth.holos import write_holos
 from ego_assets.synth.mano_video import write_mano_video
 from ego_assets.synth.motion import make_scene
@@ -47,6 +54,16 @@ APPLICABLE_FAULTS = {
 }
 
 
+def check_options(kind: str, seconds: float, faults: Sequence[str] = ()) -> None:
+    """Raise ValueError, before anything is written, for a kind not in `KINDS`, a
+    duration that is not a finite number of seconds > 0, or a fault not in `FAULTS`."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown capture kind {kind!r}; known: {list(KINDS)}")
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
+    FaultPlan(frozenset(faults), 0, seconds)  # refuses unknown fault names
+
+
 def synthesize(
     kind: str,
     out: Path,
@@ -63,7 +80,7 @@ def synthesize(
     Args:
         kind: one of `KINDS`.
         out: capture folder to create; it must not exist or must be empty.
-        seconds: capture duration, seconds (> 0).
+        seconds: capture duration, seconds (finite, > 0).
         seed: seed; the same (kind, seconds, seed, faults) give identical bytes.
         faults: fault options from `FAULTS`; one that does not apply to ``kind`` is
             ignored with a logged note.
@@ -74,10 +91,7 @@ def synthesize(
     Returns:
         ``out``.
     """
-    if kind not in KINDS:
-        raise ValueError(f"unknown capture kind {kind!r}; known: {list(KINDS)}")
-    if not seconds > 0:
-        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    check_options(kind, seconds, faults)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"capture folder {out} exists and is not empty")
