@@ -348,13 +348,14 @@ def _locations_loaded(web_url: str) -> bool:
 
 
 def _settled(url: str, path: str, poll_s: float = 0.05) -> dict[str, Any]:
-    """The API's answer for the export at ``path`` once it is ``ready`` or ``failed``."""
+    """The API's answer for the export at ``path`` once it is ``ready``, ``failed`` or
+    ``blocked``."""
     from bench.api import get_json
 
     start = time.monotonic()
     while True:
         state = get_json(url, path)
-        if state["status"] in ("ready", "failed"):
+        if state["status"] in ("ready", "failed", "blocked"):
             return state
         if time.monotonic() - start > CEILING_S:
             raise TimeoutError(f"waited {CEILING_S:.0f} s for {path}: {state}")

@@ -402,8 +402,14 @@ def test_blocked_episode_is_refused_at_once_with_the_gate_reasons(api: Api) -> N
         assert "blocked" in body["detail"] and LOST in body["detail"]
         assert any("hand" in reason for reason in body["reasons"]), body
     assert api.export_runs(LOST) == [] and api.export_runs(LOST, "ceres_episode") == []
+    # a GET says so too (#35): blocked, with the 409's message and reasons, no run
     status, body = api.call("GET", api.export(LOST))
-    assert (status, body["status"], body["runId"]) == (200, "none", None)
+    assert (status, body["status"], body["runId"], body["artifact"]) == (200, "blocked", None, None)
+    gate = pipeline.stored_gate(api.storage, LOST)
+    assert gate is not None and body["reasons"] == list(gate.reasons)
+    assert body["error"] == (
+        f"capture {LOST!r}: export blocked by export policy v1: " + "; ".join(gate.reasons)
+    )
 
 
 def test_failed_run_reports_the_exporter_error(api: Api) -> None:

@@ -314,6 +314,44 @@ def test_blocked_capture_is_refused_at_once_with_the_gate_reasons(client: Client
     assert "disabled" not in good_row
 
 
+def test_a_get_of_a_blocked_export_says_blocked_with_the_gate_s_reasons(client: Client) -> None:
+    """docs/api.md, "GET answer" (#35): the capture's current gate blocks the export, so
+    GET answers ``blocked`` with the same message and reasons as the POST's 409, no run
+    and no artefact; an allowed capture's export with no run answers ``none``."""
+    gate = pipeline.stored_gate(client.service.storage, LOST)
+    assert gate is not None and not gate.passed
+    expected_reasons = list(gate.reasons)
+    assert "hand:left/tracking_loss_ratio = 1 (fail > 0.5)" in expected_reasons
+    for route, fmt in (
+        ("export-hdf5", "holos_hdf5"),
+        ("export-lerobot", "ceres_episode"),
+        ("export-webdataset", "egosmith_shards"),
+    ):
+        path = f"/captures/{LOST}/{route}"
+        answer = client.call("GET", path)
+        assert answer.status == 200
+        state = answer.json()
+        refused = _one_line_error(client.call("POST", path), 409)
+        assert state == {
+            "captureId": LOST,
+            "format": fmt,
+            "status": "blocked",
+            "progress": 0.0,
+            "phase": None,
+            "runId": None,
+            "artifact": None,
+            "error": refused["detail"],
+            "reasons": expected_reasons,
+        }
+        assert refused["reasons"] == expected_reasons
+        assert state["error"] == (
+            f"capture {LOST!r}: export blocked by export policy v1: " + "; ".join(expected_reasons)
+        )
+    allowed = client.call("GET", f"/captures/{GOOD}/export-hdf5").json()
+    assert (allowed["status"], allowed["error"], allowed["reasons"]) == ("none", None, [])
+    assert client.launches == []
+
+
 def test_ready_answers_describe_the_bytes_served(client: Client) -> None:
     """A folder export (here a stand-in WebDataset episode written by hand) announces its
     tar's size and SHA-256; the download is exactly those bytes; ready has progress 1."""

@@ -18,7 +18,7 @@ import pytest
 from dagster._core.events import DagsterEvent, DagsterEventType
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-from ego_assets.api.service import ExportService
+from ego_assets.api.service import ExportService, ExportState
 from ego_assets.api.snapshot import (
     REVALIDATE_S,
     SYNC_S,
@@ -27,6 +27,8 @@ from ego_assets.api.snapshot import (
     Refresher,
     ServedStates,
     SnapshotStore,
+    state_from_doc,
+    state_to_doc,
 )
 from ego_assets.catalog.receipts import ExportReceipt, write_receipt
 from ego_assets.defs.exports import (
@@ -123,6 +125,27 @@ def test_status_transitions_reach_the_mirror_through_the_refresher(setup: Any) -
     # an unwatched capture's run is not read at all
     _add_run(service.instance, export_target("snap-other", FMT))
     assert refresher.tick() == 0
+
+
+def test_a_blocked_state_reaches_another_worker_with_its_reasons(setup: Any) -> None:
+    """A ``blocked`` answer (#35) keeps the gate's message and reasons through the
+    snapshot file, so every worker's GET says why; a row written before states had
+    reasons reads as none."""
+    _, store, _, _ = setup
+    target = export_target(KEY, FMT)
+    reasons = ("hand:left/tracking_loss_ratio = 1 (fail > 0.5)", "stream:x/longest_gap_s = 3 s")
+    message = f"capture {KEY!r}: export blocked by export policy v1: " + "; ".join(reasons)
+    blocked = ExportState(KEY, FMT, "blocked", error=message, reasons=reasons)
+    assert state_from_doc(state_to_doc(blocked)) == blocked
+    assert store.put(blocked)
+    store.beat()  # the refresher's heartbeat: the worker answers from its mirror
+    worker = Mirror(store)
+    worker.sync()
+    seen = worker.get(target)
+    assert seen is not None and seen.to_json(lambda a: "")["reasons"] == list(reasons)
+    assert (seen.status, seen.error) == ("blocked", message)
+    old = {k: v for k, v in state_to_doc(blocked).items() if k != "reasons"}
+    assert state_from_doc(old).reasons == ()
 
 
 def test_a_get_is_at_most_about_a_second_stale(setup: Any) -> None:

@@ -20,8 +20,12 @@ status         when
 ``queued``     the latest export run waits in the queue (or is starting)
 ``in_progress``the latest export run is running (``progress`` from its tags)
 ``ready``      an artefact exists (``artifact.current`` says whether it is stale)
+``blocked``    the capture's current gate blocks this export (a POST answers 409):
+               ``error`` is the gate's message, ``reasons`` its reasons; no run is
+               open and no current artefact exists (a stale one stays in ``artifact``)
 ``failed``     the latest export run failed or was cancelled, or finished without
-               an export (the gate blocks the episode: ``error`` holds its reasons)
+               an export (the exporter skipped the input, or the gate that blocked it
+               is no longer current: ``error`` says which)
 =============  ==============================================================
 
 An export whose inputs are current, of a capture no longer than ``inline_max_s``, is
@@ -131,6 +135,7 @@ class ExportState:
     run_id: str | None = None
     artifact: Artifact | None = None
     error: str | None = None
+    reasons: tuple[str, ...] = ()  # the gate's, when ``blocked``
     # (monotonic time, JSON body) of the last answer made from this state (the API's)
     rendered: tuple[float, bytes] | None = field(default=None, repr=False, compare=False)
 
@@ -155,6 +160,7 @@ class ExportState:
             "runId": self.run_id,
             "artifact": artifact,
             "error": self.error,
+            "reasons": list(self.reasons),
         }
 
 
@@ -259,6 +265,8 @@ class ExportService:
         artifact = self._artifact(exported) if exported is not None else None
         state = ExportState(target.capture_id, target.format, "none", artifact=artifact)
         if run is None:
+            if self._blocked(target, state):
+                return state
             state.status = "ready" if artifact else "none"
             state.progress = 1.0 if artifact else 0.0
             if receipt is not None and receipt.status == "skipped":
@@ -276,6 +284,8 @@ class ExportService:
         written_since = receipt is not None and _epoch(receipt.exported_at) >= run.created
         if exported is not None and _epoch(exported.exported_at) > run.updated:
             state.run_id = None  # written after that run ended (inline): no run made it
+        if self._blocked(target, state):
+            return state
         if run.failed and not written_since:
             state.status = "failed"
             state.error = self._run_error(run)
@@ -288,6 +298,19 @@ class ExportService:
         state.status = "failed"
         state.error = self._why_not_exported(target, receipt)
         return state
+
+    def _blocked(self, target: ExportTarget, state: ExportState) -> bool:
+        """Mark ``state`` ``blocked`` (the gate's message and reasons) when the capture's
+        current gate blocks this export and no current artefact exists: what a POST
+        would answer with 409 (`blocked_formats`). Whether it did."""
+        if state.artifact is not None and state.artifact.current:
+            return False
+        refusal = self.blocked_formats(target.partition_key).get(target.format)
+        if refusal is None:
+            return False
+        state.status, state.error, state.reasons = "blocked", str(refusal), refusal.reasons
+        state.progress = 0.0
+        return True
 
     def _artifact(self, receipt: ExportReceipt) -> Artifact:
         from ego_assets.api.links import artefact_name

@@ -101,6 +101,7 @@ def state_to_doc(state: ExportState) -> dict[str, Any]:
         "phase": state.phase,
         "run_id": state.run_id,
         "error": state.error,
+        "reasons": list(state.reasons),
         "artifact": None,
     }
     if state.artifact is not None:
@@ -137,6 +138,7 @@ def state_from_doc(doc: dict[str, Any]) -> ExportState:
         run_id=doc["run_id"],
         artifact=artifact,
         error=doc["error"],
+        reasons=tuple(doc.get("reasons", ())),  # rows written before there were reasons
     )
 
 
