@@ -19,6 +19,7 @@ from typing import Any
 import dagster as dg
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 from dagster._core.definitions.events import AssetKeyPartitionKey
+from dagster._core.errors import DagsterUserCodeProcessError
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 from dagster._core.storage.tags import (
@@ -28,6 +29,7 @@ from dagster._core.storage.tags import (
     PARTITION_SET_TAG,
 )
 from dagster._core.utils import make_new_backfill_id
+from dagster._utils.error import SerializableErrorInfo
 
 __all__ = [
     "ASSET_PARTITION_RANGE_END_TAG",
@@ -42,6 +44,7 @@ __all__ = [
     "dynamic_partitions_after",
     "dynamic_partitions_mark",
     "execute_run_here",
+    "failure_without_trace",
     "insert_dynamic_partitions_postgres",
     "instance_at",
     "instance_ref_modules",
@@ -146,6 +149,21 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "dagster._utils.hosted_user_process.recon_repository_from_origin",
         ("origin",),
         "load_repository_of_origin",
+    ),
+    (
+        "dagster._core.errors.DagsterUserCodeProcessError.user_code_process_error_infos",
+        (),
+        "failure_without_trace",
+    ),
+    (
+        "dagster._utils.error.serializable_error_info_from_exc_info",
+        ("exc_info", "hoist_user_code_error"),
+        "failure_without_trace",
+    ),
+    (
+        "dagster._utils.error.SerializableErrorInfo",
+        ("message", "stack", "cls_name"),
+        "failure_without_trace",
     ),
     (
         "dagster._core.execution.context.compute.OpExecutionContext._step_execution_context",
@@ -306,6 +324,37 @@ def add_partition_metadata(
     step._metadata_accumulator = accumulator.with_additional_asset_metadata(  # type: ignore[union-attr]
         asset_key=context.asset_key, partition_key=partition_key, metadata=dict(metadata)
     )
+
+
+class _FailureWithoutTrace(dg.Failure, DagsterUserCodeProcessError):
+    """A `dg.Failure` that carries its own, already serialized error: no stack trace.
+
+    Dagster turns a raised `dg.Failure` into a step failure whose error is the exception
+    with its traceback (the UI prints it under "Stack Trace"), but an exception that is
+    a `DagsterUserCodeProcessError` holding one error info is recorded as that info
+    (`serializable_error_info_from_exc_info`'s ``hoist_user_code_error``, meant for
+    errors already serialized in another process). Being a `dg.Failure` too, it keeps
+    the failure's description, metadata and ``allow_retries`` (the step fails, the run
+    fails, its partitions read Failed).
+    """
+
+    def __init__(self, failure: dg.Failure, error_class: str) -> None:
+        Exception.__init__(self, failure.description)
+        self.description = failure.description
+        self.metadata = failure.metadata
+        self.allow_retries = failure.allow_retries
+        info = SerializableErrorInfo(
+            message=f"{error_class}: {failure.description}\n", stack=[], cls_name=error_class
+        )
+        self.user_code_process_error_infos = [info]
+
+
+def failure_without_trace(failure: dg.Failure, error_class: str) -> dg.Failure:
+    """``failure`` raised so that its step failure records no stack trace: for an expected
+    outcome (an export the policy blocks), not a fault in the code. The step failure's
+    error reads ``<error_class>: <description>``; ``user_failure_data`` is the failure's
+    (description, metadata) as for any `dg.Failure`."""
+    return _FailureWithoutTrace(failure, error_class)
 
 
 def launcher_instance(launcher: Any) -> dg.DagsterInstance:

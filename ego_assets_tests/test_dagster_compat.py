@@ -148,3 +148,38 @@ def test_postgres_run_storage_connection_is_a_live_connection(tmp_path: Path):
             assert dagster_compat.insert_dynamic_partitions_postgres(instance, rows) is True
             assert instance.get_dynamic_partitions("captures") == ["cap-1"]
             assert instance.get_dynamic_partitions("captures_s001") == ["cap-2"]
+
+
+def test_a_failure_without_trace_fails_the_step_with_its_text_metadata_and_no_stack():
+    """What a blocked export's step records (#35): the run fails, the step failure's error
+    is ``<class>: <description>`` with no stack frame, and its failure data keeps the
+    description and metadata (how `is_blocked_failure` tells it apart)."""
+
+    @dg.asset
+    def refused() -> None:
+        failure = dg.Failure("capture 'k': not allowed", metadata={"gate": "blocked"})
+        raise dagster_compat.failure_without_trace(failure, "ExportBlockedError")
+
+    @dg.asset
+    def plain() -> None:
+        raise dg.Failure("capture 'k': not allowed")
+
+    result = dg.materialize([refused], raise_on_error=False)
+    assert not result.success
+    (failed,) = [e for e in result.all_events if e.is_step_failure]
+    data = failed.step_failure_data
+    assert data.error is not None
+    assert data.error.message == "ExportBlockedError: capture 'k': not allowed\n"
+    assert (data.error.stack, data.error.cls_name, data.error.cause) == (
+        [],
+        "ExportBlockedError",
+        None,
+    )
+    assert data.user_failure_data is not None
+    assert data.user_failure_data.description == "capture 'k': not allowed"
+    assert data.user_failure_data.metadata["gate"].value == "blocked"
+    # a plain dg.Failure, for comparison: the stack trace this avoids
+    (other,) = [
+        e for e in dg.materialize([plain], raise_on_error=False).all_events if e.is_step_failure
+    ]
+    assert other.step_failure_data.error is not None and other.step_failure_data.error.stack

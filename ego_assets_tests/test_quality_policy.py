@@ -60,6 +60,27 @@ def test_gate_records_policy_version_reasons_and_blocked_exports() -> None:
     assert Gate.from_json(gate.to_json()) == gate
 
 
+def test_gate_json_names_the_blocked_exports_both_ways_and_old_gates_still_read() -> None:
+    """#35: ``blocked_exports`` in the policy's names and ``blocked_assets`` beside it in
+    the names the Dagster assets and the API use, in the same order; a gate stored
+    before ``blocked_assets`` existed reads as the same gate."""
+    policy = Policy.from_dict(
+        {
+            "version": 7,
+            "rules": [{"level": "fail", "metrics": ["*"], "exports": ["lerobot", "robomimic"]}],
+        }
+    )
+    gate = Gate.build(_report(GAP, LOSS), ExpectationResults(()), "v", policy)
+    doc = json.loads(gate.to_json())
+    assert doc["blocked_exports"] == ["lerobot", "robomimic"]
+    assert doc["blocked_assets"] == ["ceres_episode", "holos_hdf5"]
+    assert gate.blocked_assets == ("ceres_episode", "holos_hdf5")
+    del doc["blocked_assets"]  # as gates were written before
+    assert Gate.from_json(json.dumps(doc)) == gate
+    allowed = Gate.build(_report(LOSS), ExpectationResults(()), "v", policy)
+    assert json.loads(allowed.to_json())["blocked_assets"] == []
+
+
 def test_a_rule_can_block_one_export_for_one_metric_at_warn() -> None:
     policy = Policy.from_dict(
         {

@@ -1,8 +1,10 @@
 """The Dagster UI in a real browser: headless Debian Chromium driven by selenium.
 
 Two captures are materialized in-process into a local SQLite instance, a clean one and
-one whose left hand is never seen (blocked by the export policy), then the quality
-catalog; dagster-webserver serves that instance on loopback. Checked in the browser, by
+one whose left hand is never seen (blocked by the export policy), then the aggregates
+and the dataset catalog, and the sample release is built and recorded as `make demo`
+does it (`refresh_aggregates`, `build_sample_release`); dagster-webserver serves that
+instance on loopback. Checked in the browser, by
 what the pages show: the intake assets on the lineage graph, both partitions filled; the
 quality report partition page's verdict and rounded, unit-labelled figures; the blocked
 capture marked failed in the export gate check's partition view, with the reason; the
@@ -13,6 +15,12 @@ blocked capture's run as a failure tagged ``ego/gate: blocked`` (the clean one's
 success tagged ``allowed``); every export asset's partition of the blocked capture reads
 Failed, not Missing nor Materialized, and its "View logs" names the gate's reasons;
 quality_report's partition of it opens with ``gate: blocked`` and the reasons.
+
+And what the demo leaves for `make dev` reads as it is (#35): the ``release`` asset's
+``demo`` partition Materialized with its version, episodes and bytes; the export_gate
+check's description says what it gates beside Dagster's "non-blocking"; its blocked
+partition names the blocked exports as the assets are named (each with its policy
+name); a blocked export's "View logs" shows the gate's reasons and no stack trace.
 """
 
 from __future__ import annotations
@@ -29,8 +37,9 @@ import dagster as dg
 import pytest
 from PIL import Image
 
-from ego_assets.definitions import ASSETS
+from ego_assets.definitions import ASSETS, build_defs
 from ego_assets.defs.catalog import CATALOG_RESOURCES
+from ego_assets.defs.demo import DEMO_RELEASE, build_sample_release, refresh_aggregates
 from ego_assets.defs.episodes import is_blocked_failure, planned_per_partition
 from ego_assets.defs.partitions import CAPTURES_PARTITIONS_NAME
 from ego_assets.defs.resources import StorageResource
@@ -53,6 +62,7 @@ WAIT_S = CEILING_S  # a ceiling for a hang: the UI renders slowly on 2 loaded co
 class Served:
     url: str
     data: Path
+    release: dict  # the sample release's manifest (release.json)
 
 
 @pytest.fixture(scope="module")
@@ -91,15 +101,17 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                 set(registry.names()) if key == BLOCKED_KEY else set()
             )
             assert all(is_blocked_failure(e.step_failure_data) for e in failed)
-        catalog = [a for a in ASSETS if a.partitions_def is None]
-        assert dg.materialize(catalog, resources=resources, instance=instance).success
+        # what `make demo` does next: the aggregates and catalog, then its sample release
+        assert refresh_aggregates(build_defs(resources["storage"]), instance) == ""
+        release, error = build_sample_release(data, instance)
+        assert release is not None, error
     port = free_port()
     env = {"DAGSTER_HOME": str(home), "EGO_DATA_DIR": str(data)}
     web = start("dagster-webserver", webserver_args(port), env, tmp_path)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http_ok(f"{url}/server_info", web)
-        yield Served(url, data)
+        yield Served(url, data, release.manifest)
     finally:
         stop([web])
 
@@ -344,3 +356,70 @@ def test_quality_report_s_partition_of_a_blocked_capture_opens_with_its_verdict(
     assert '  "hand:left/tracking_loss_ratio = 1 (fail > 0.5)"' in lines
     values = _metadata_values(page)
     assert values["quality"] == "fail" and values["policy_version"] == "1"
+
+
+def test_the_demo_s_release_reads_materialized_with_its_version_episodes_and_bytes(
+    served: Served, browser, tmp_path: Path
+) -> None:
+    manifest = served.release
+    browser.get(f"{served.url}/assets/release?view=partitions&partition={DEMO_RELEASE}")
+    page = _wait_for_text(browser, "Materialized (1)", "Latest materialization", "episodes")
+    _dismiss_community_dialog(browser)
+    browser.save_screenshot(str(tmp_path / "release_partition.png"))
+    assert "Missing (0)" in page and "Failed (0)" in page
+    values = _metadata_values(page)
+    assert values["version"] == "1" and values["written"] == "true"
+    assert values["episodes"] == str(len(manifest["episodes"])) == "1"
+    assert values["bytes"] == str(sum(f["bytes"] for f in manifest["files"]))
+    assert values["path"] == str(served.data / "releases" / DEMO_RELEASE / "v1")
+
+
+def test_the_export_gate_check_says_what_it_gates_beside_non_blocking(
+    served: Served, browser, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{served.url}/assets/quality_report?view=checks&checkDetail=export_gate")
+    page = _wait_for_text(browser, "This is a non-blocking asset check.", "Gates the exports")
+    _dismiss_community_dialog(browser)
+    browser.save_screenshot(str(tmp_path / "export_gate_about.png"))
+    about = " ".join(page.split())
+    names = ", ".join(registry.names())
+    assert f"Gates the exports of each episode ({names})" in about
+    assert "Non-blocking in Dagster's sense only" in about
+    assert "(export: blocked) writes nothing and fails with the reasons" in about
+    # the blocked partition names its blocked exports as the assets, each with its policy name
+    tab = browser.find_elements(By.XPATH, "//button[normalize-space()='Partitions']")
+    _click(browser, tab[-1])
+    _wait_for_text(browser, "Failed (1)", BLOCKED_KEY)
+    entry = browser.find_elements(By.XPATH, f"//span[normalize-space()='{BLOCKED_KEY}']")[-1]
+    _click(browser, entry)
+    _wait_for_text(browser, "blocked_exports", "Description")
+    show = "//*[normalize-space()='blocked_exports']/following::a[normalize-space()='[Show JSON]']"
+    _click(browser, browser.find_elements(By.XPATH, show)[0])
+    detail = " ".join(_wait_for_text(browser, *(f.policy_key for f in registry.formats())).split())
+    browser.save_screenshot(str(tmp_path / "export_gate_blocked_exports.png"))
+    for fmt in registry.formats():
+        assert f'"{fmt.name}": "{fmt.policy_key}"' in detail, fmt.name
+
+
+def test_a_blocked_export_s_logs_show_the_reasons_and_no_stack_trace(
+    served: Served, browser, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    for export_format in registry.names():
+        url = f"{served.url}/assets/{export_format}?view=partitions&partition={BLOCKED_KEY}"
+        browser.get(url)
+        _wait_for_text(browser, "failed, and did not materialize this asset.")
+        _dismiss_community_dialog(browser)
+        view_logs = "//button[normalize-space()='View logs']"
+        _click(browser, browser.find_elements(By.XPATH, view_logs)[0])
+        reason = (
+            f"ExportBlockedError: capture '{BLOCKED_KEY}': export blocked by export policy v1: "
+        )
+        logs = _wait_for_text(browser, "STEP_FAILURE", reason)
+        browser.save_screenshot(str(tmp_path / f"{export_format}_blocked_logs_no_trace.png"))
+        assert "hand:left/tracking_loss_ratio = 1 (fail > 0.5)" in logs, export_format
+        assert "Stack Trace" not in logs and 'File "' not in logs, export_format
+        assert "dagster._core" not in logs and "Traceback" not in logs, export_format

@@ -22,10 +22,13 @@ status (materialized, failed, in progress or missing only), and "materialized" w
 claim an export that does not exist. Once every other capture of the run is recorded,
 the step fails with `blocked_failure`: a `dg.Failure` whose description is the gate's
 message (the reasons) and whose metadata says ``gate: blocked`` with
-``blocking_reasons``. The partition then reads *Failed* ("Run ... failed, and did not
-materialize this asset", its step log naming the reasons), the run reads *Failure*
-beside its ``ego/gate=blocked`` tag, and the run is tagged not to be retried for a step
-failure (`NO_RETRY_TAGS`): a retry would be blocked again. See docs/quality.md.
+``blocking_reasons``, raised without a stack trace (`failure_without_trace`: the step's
+log shows ``ExportBlockedError: <the gate's message>`` and the metadata, nothing of
+Dagster's or this code's frames, since nothing went wrong). The partition then reads
+*Failed* ("Run ... failed, and did not materialize this asset", its step log naming the
+reasons), the run reads *Failure* beside its ``ego/gate=blocked`` tag, and the run is
+tagged not to be retried for a step failure (`NO_RETRY_TAGS`): a retry would be blocked
+again. See docs/quality.md.
 
 `materialize_result` yields what Dagster records per partition:
 
@@ -60,7 +63,7 @@ from typing import Any
 
 import dagster as dg
 
-from ego_assets.dagster_compat import add_partition_metadata
+from ego_assets.dagster_compat import add_partition_metadata, failure_without_trace
 from ego_assets.defs.partitions import CaptureSet
 from ego_assets.pipeline import StepResult
 from ego_assets.quality.gate import ExportBlockedError
@@ -174,11 +177,14 @@ def blocked_failure(blocked: Mapping[str, BlockedResult], by_capture: bool) -> d
         if by_capture
         else next(iter(blocked.values())).reasons
     )
-    return dg.Failure(
+    failure = dg.Failure(
         description="\n".join(r.message for r in blocked.values()),
         metadata={GATE_KEY: BLOCKED, REASONS_KEY: dg.MetadataValue.json(reasons)},
         allow_retries=False,
     )
+    # an expected outcome of the policy, not a fault: the step's log shows the reasons
+    # and no stack trace (`failure_without_trace`)
+    return failure_without_trace(failure, ExportBlockedError.__name__)
 
 
 def is_blocked_failure(failure: Any) -> bool:

@@ -35,6 +35,7 @@ from ego_assets.defs.episodes import (
 from ego_assets.defs.k8s import QUALITY_TAGS
 from ego_assets.defs.partitions import SET0, CaptureSet
 from ego_assets.defs.resources import StorageResource
+from ego_assets.exports import registry
 from ego_assets.quality.gate import Gate
 from ego_assets.quality.report import REPORT_JSON, REPORT_PARQUET
 from ego_assets.quality.waivers import describe
@@ -65,6 +66,21 @@ _SHOWN = (
     ("video_hand_offset_p99_ms", "video-hand offset p99 (ms)"),
     ("start_misalignment_s", "start misalignment (s)"),
 )
+
+
+def export_gate_description() -> str:
+    """The check's description. The UI shows it right under "This is a non-blocking asset
+    check", so it says what the check gates and how: non-blocking is Dagster's word for
+    "the run goes on", the export steps are what stop a blocked episode."""
+    return (
+        f"Gates the exports of each episode ({', '.join(registry.names())}) under the "
+        "export policy (quality/policy.toml). Non-blocking in Dagster's sense only: "
+        "whatever the verdict, the quality step succeeds and the run goes on; each export "
+        "step then reads this verdict, and for an episode it blocks (export: blocked) "
+        "writes nothing and fails with the reasons, so its export partitions read Failed. "
+        "The check fails with ERROR when a metric at fail blocks the exports and no waiver "
+        "lets it through; warn-level metrics never block."
+    )
 
 
 def rounded(value: float, digits: int = METADATA_DIGITS) -> float:
@@ -134,7 +150,10 @@ def gate_check_result(key: str, gate: Gate | None) -> dg.AssetCheckResult:
             "metrics at fail": len(fails),
             "metrics at warn": len(warns),
             "policy_version": dg.MetadataValue.text(str(gate.policy_version)),
-            "blocked_exports": dg.MetadataValue.json(list(gate.blocked_exports)),
+            # the exporter assets it blocks, each with its name in the export policy
+            "blocked_exports": dg.MetadataValue.json(
+                dict(zip(gate.blocked_assets, gate.blocked_exports, strict=True))
+            ),
             "fail (blocking unless waived)": dg.MetadataValue.json(fails),
             "warn (never blocks)": dg.MetadataValue.json(warns),
             "waivers": dg.MetadataValue.json([describe(w) for w in gate.waivers]),
@@ -214,12 +233,7 @@ def build_quality_report(cs: CaptureSet) -> dg.AssetsDefinition:
                 EXPORT_GATE_CHECK,
                 asset=cs.key("quality_report"),
                 partitions_def=cs.partitions_def,
-                description=(
-                    "Export gate per episode under the export policy (quality/policy.toml): "
-                    "fails with ERROR when a metric at fail blocks the exports and no waiver "
-                    "lets it through; warn-level metrics never block. Exporters refuse "
-                    "blocked episodes."
-                ),
+                description=export_gate_description(),
             )
         ],
         description=(

@@ -212,6 +212,13 @@ def policy_keys() -> tuple[str, ...]:
     return tuple(f.policy_key for f in reversed(formats()))
 
 
+def asset_names(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``name`` (exporter asset, API ``format``) of each export-policy key, in the
+    same order; a key no format has now is kept as it is."""
+    by_key = {f.policy_key: f.name for f in formats()}
+    return tuple(by_key.get(key, key) for key in keys)
+
+
 def policy_key(name: str) -> str:
     """The export-policy name of format ``name``."""
     return by_name(name).policy_key

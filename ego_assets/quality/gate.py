@@ -3,7 +3,11 @@
 ``gate.json`` sits beside the quality report. It records every metric at ``warn`` or
 ``fail`` (a `Finding`), which exports each one blocks under the export policy
 (``policy.toml``, its version recorded), the waivers of the episode and the exports left
-blocked. Every exporter calls `require_gate` for its episode before writing anything,
+blocked: ``blocked_exports`` in the policy's names (``webdataset``, ``lerobot``,
+``robomimic``) and, beside them, ``blocked_assets`` in the names the Dagster assets and
+the export API use (``egosmith_shards``, ``ceres_episode``, ``holos_hdf5``). The second
+is derived from the first when written and ignored when read, so gates stored before it
+existed read the same. Every exporter calls `require_gate` for its episode before writing anything,
 so a blocked episode is never exported, whichever run (single capture or chunked
 backfill) asks. The Great Expectations outcomes are kept beside the decision.
 """
@@ -14,7 +18,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ego_assets.exports.registry import policy_keys
+from ego_assets.exports.registry import asset_names, policy_keys
 from ego_assets.quality.expectations import CheckOutcome, ExpectationResults
 from ego_assets.quality.policy import Policy
 from ego_assets.quality.report import QualityReport
@@ -22,6 +26,8 @@ from ego_assets.quality.waivers import Waiver
 from ego_assets.trajectory.records import from_jsonable, to_jsonable
 
 GATE_FILE = "gate.json"
+# gate.json's key for `Gate.blocked_assets` (written for readers, not read back)
+BLOCKED_ASSETS_KEY = "blocked_assets"
 # Reasons spelled out in one-line summaries; the rest are counted ("+N more").
 SUMMARY_REASONS = 2
 
@@ -136,6 +142,12 @@ class Gate:
         """``"blocked"`` or ``"allowed"``."""
         return "allowed" if self.passed else "blocked"
 
+    @property
+    def blocked_assets(self) -> tuple[str, ...]:
+        """`blocked_exports` as the Dagster assets and the export API name them
+        (``holos_hdf5`` for ``robomimic``...), in the same order."""
+        return asset_names(self.blocked_exports)
+
     def allows(self, export: str | None = None) -> bool:
         """Whether ``export`` (None: every export) may be written."""
         return not self.blocked_exports if export is None else export not in self.blocked_exports
@@ -154,11 +166,15 @@ class Gate:
         return head
 
     def to_json(self) -> str:
-        return json.dumps(to_jsonable(self), indent=1, sort_keys=True) + "\n"
+        doc = to_jsonable(self)
+        doc[BLOCKED_ASSETS_KEY] = list(self.blocked_assets)
+        return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> Gate:
-        return from_jsonable(cls, json.loads(text))
+        doc = json.loads(text)
+        doc.pop(BLOCKED_ASSETS_KEY, None)  # derived from blocked_exports
+        return from_jsonable(cls, doc)
 
     @classmethod
     def build(
