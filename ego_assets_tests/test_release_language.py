@@ -115,6 +115,30 @@ def test_each_segment_is_the_lerobot_task_of_exactly_its_frames(released, lerobo
         assert (frame_task[inside] == segment["task"]).all()
         covered |= inside
     assert covered.all()  # every frame of this recording lies in one of its segments
+    # lerobot 0.6's language_persistent: the segments as subtasks on every frame; the one
+    # in force at a frame (latest timestamp <= the frame's) is that frame's task
+    dataset = lerobot_apart["lang-xr"].path / "lerobot" / "train"
+    info = json.loads((dataset / "meta" / "info.json").read_text())
+    assert info["features"]["language_persistent"]["dtype"] == "language"
+    data = pq.read_table(
+        dataset / "data" / "chunk-000" / "file-000.parquet",
+        columns=["timestamp", "language_persistent", "language_events"],
+    ).to_pylist()
+    fps = info["fps"]
+    for frame, task in zip(data, frame_task, strict=True):
+        subtasks = frame["language_persistent"]
+        assert [r["content"] for r in subtasks] == STEPS and frame["language_events"] == []
+        assert {(r["role"], r["style"], r["camera"]) for r in subtasks} == {
+            ("user", "subtask", None)
+        }
+        assert [round(r["timestamp"] * fps) for r in subtasks] == [
+            s["start_slot"] for s in segments
+        ]
+        active = max(
+            (r for r in subtasks if r["timestamp"] <= frame["timestamp"] + 1e-6),
+            key=lambda r: r["timestamp"],
+        )
+        assert active["content"] == task
     # the EgoDex episode (no segments): one task over all its frames, from its descriptions
     egodex, text_of = _frame_tasks(lerobot_apart["lang-dex"])
     texts = {text_of[i] for i in egodex["task_index"]}

@@ -25,6 +25,8 @@
   their features (one name per component), per-episode stats and dataset stats are
   computed from the new values, NaN left out (`nan_column_stats`), every other column
   and the videos as without it.
+* ``language``: lerobot 0.6's ``language_persistent`` / ``language_events`` frame columns
+  are added (`lerobot_language`: each shard's retained segments as subtask rows).
 * ``ceres/episodes/episode-<shard index>.json`` keeps each shard's episode metadata (a
   hard link to the shard's file when that holds the bytes `write_json` would write: the
   exporter's do; creating a file costs several times a link on some file systems),
@@ -72,6 +74,8 @@ from ego_assets.formats.ceres_lerobot import (
     write_tasks,
 )
 from ego_assets.formats.ceres_metadata import TASK_SPEC_DIR
+from ego_assets.formats.lerobot_language import FEATURES as LANGUAGE_FEATURES
+from ego_assets.formats.lerobot_language import language_columns
 from ego_assets.formats.lerobot_video import MUX_OPTIONS, QUANTILES, quantile_name, video_info
 
 MERGE_FILE = "ceres/merge.json"
@@ -527,6 +531,7 @@ def merge_shards(
     reuse: Reuse | None = None,
     split: str = "train",
     replace: Replacement | None = None,
+    language: bool = False,
 ) -> MergeResult:
     """Merge shard folders (in the given order) into the empty folder ``out``.
 
@@ -534,7 +539,9 @@ def merge_shards(
     ``ceres/merge.json``; ``split`` names the episode range in ``meta/info.json``;
     ``breaks`` and ``reuse``: see the module docstring (``reuse`` is ignored when the
     earlier merge chose another fps or camera shape), ``replace``: see the module
-    docstring.
+    docstring; ``language``: every frame also gets lerobot's ``language_persistent``
+    (the episode's segments as subtasks) and ``language_events`` columns
+    (`lerobot_language`).
     """
 
     infos = [json_loads((s / INFO_FILE).read_bytes()) for s in shards]
@@ -597,6 +604,9 @@ def merge_shards(
                 ):
                     index = table.schema.get_field_index(name)
                     table = table.set_column(index, name, pa.array(values))
+                if language:
+                    for name, column in language_columns(episode.metadata, n).items():
+                        table = table.append_column(name, column)
             chunk, file = writers.write_data(table, episode.data_bytes)
             stats.add(episode.stats)
             lengths.append(n)
@@ -656,6 +666,8 @@ def merge_shards(
     stacked = {**stats.stacked(), **replaced.stacked()}
     episode_stats = _episode_stats(stacked, features, lengths, first_task, varying_tasks)
     features_info = {**included[0][2]["features"], **replaced.features}
+    if language:
+        features_info = {**features_info, **LANGUAGE_FEATURES}
     if camera_shape is not None:
         first_video = out / VIDEO_PATH.format(video_key=CAMERA_KEY, chunk_index=0, file_index=0)
         features_info = {

@@ -14,7 +14,9 @@ listed under ``excluded`` (capture keys) in the manifest.
 
 With a derived action space (``[actions]``), each frame's ``observation.state`` and
 ``action`` are the `derived` vectors at that frame's source-clock time, with one name
-per component in ``meta/info.json`` and their stats (NaN left out); everything else is
+per component in ``meta/info.json`` and their stats (NaN left out), and every frame has
+lerobot 0.6's ``language_persistent`` (the episode's segments as subtasks) and
+``language_events`` columns (`ego_assets.formats.lerobot_language`); everything else is
 the merge's.
 """
 
@@ -86,6 +88,7 @@ def pack_lerobot(
             reuse=reuse,
             split=split,
             replace=replace,
+            language=replace is not None,
         )
         merged = json.loads((target / MERGE_FILE).read_text())["episodes"]
         got = {m["capture_key"]: int(m["episode_index"]) for m in merged}
