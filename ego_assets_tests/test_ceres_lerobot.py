@@ -542,3 +542,35 @@ def test_av1_source_is_remuxable_by_its_codec_name(tmp_path):
     assert packets(tmp_path / "copy.mp4") == packets(src)
     files = CaptureFiles("k", tmp_path)
     assert probe_video(files, "av1.mp4").codec == "av1"
+
+
+def test_remux_statistics_skip_only_frames_nothing_refers_to(tmp_path: Path) -> None:
+    """A short video's camera statistics are those of its sampled frames decoded in full,
+    although the unsampled frames no other frame refers to are not decoded."""
+    src = tmp_path / "bframes.mp4"
+    rng = np.random.default_rng(3)
+    with av.open(str(src), "w") as out:
+        stream = out.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        stream.options = {"preset": "veryfast", "bf": "3", "b-pyramid": "none"}  # non-ref Bs
+        base = rng.integers(0, 256, (64, 96, 3), dtype=np.uint8)
+        for k in range(90):
+            image = np.roll(base, 2 * k, axis=1)
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format="yuv420p")
+            frame.pts = k
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    sampled = set(lerobot_video._sample(90, lerobot_video.STATS_SAMPLES // 2).tolist())
+    expected = np.zeros((3, 256), np.int64)
+    with av.open(str(src)) as inp:  # every frame decoded, sampled by output order
+        for k, frame in enumerate(inp.decode(video=0)):
+            if k in sampled:
+                expected += lerobot_video._histogram(frame)
+    skipped = lerobot_video.inspect_video(src)
+    assert skipped.frames == 90 and skipped.remuxable
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lerobot_video, "STATS_SAMPLES", lerobot_video.STATS_SAMPLES // 2)
+        result = lerobot_video.remux(src, tmp_path / "out.mp4", 30)
+    assert result.remuxed and result.frames == 90
+    assert result.pixels.images == len(sampled) == 50
+    np.testing.assert_array_equal(result.pixels.histogram, expected)

@@ -22,8 +22,10 @@ base) and exactly one frame per exported row.
   (a background thread) overlaps encoding (the caller's thread).
 
 Both also return per-channel pixel statistics of a sample of frames (values in [0, 1],
-LeRobot's convention for camera stats), taken from keyframes on the remux path so no
-other frame is decoded.
+LeRobot's convention for camera stats). On the remux path a long video's sample is
+taken from keyframes so no other frame is decoded; a short one's (every frame up to
+`SHORT_VIDEO_FRAMES`) decodes every reference frame and the sampled frames, skipping the
+frames nothing refers to that are not sampled (the decoded pictures are the same).
 """
 
 from __future__ import annotations
@@ -253,15 +255,25 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
         sampled = set(info.keyframes[_sample(len(info.keyframes), STATS_SAMPLES)].tolist())
     histogram = np.zeros((3, 256), dtype=np.int64)
     images = 0
-    decoded = 0
     out_tb = Fraction(1, fps)
+
+    def take(frame: av.VideoFrame) -> None:
+        nonlocal histogram, images
+        # short videos: frame k (its pts) when sampled; long ones: every keyframe decoded
+        if decode_all and frame.pts is None:
+            raise ValueError(f"{src}: decoded a frame without a timestamp")
+        if not decode_all or (int(frame.pts or 0) - offset) // step in sampled:
+            histogram += _histogram(frame)
+            images += 1
+
     with av.open(str(src)) as inp, av.open(str(dst), "w", format="mp4", options=MUX_OPTIONS) as out:
         ist = inp.streams.video[0]
+        ctx = ist.codec_context
         if not decode_all:
-            ist.codec_context.skip_frame = "NONKEY"
+            ctx.skip_frame = "NONKEY"
         # a stream copy needs no encoder; a decoder-only codec object (libdav1d for AV1)
         # is taken over from the source, the others as before (same output bytes)
-        by_decoder = ist.codec_context.codec.name != info.codec
+        by_decoder = ctx.codec.name != info.codec
         ost = out.add_stream_from_template(ist, opaque=by_decoder or None)
         ost.time_base = out_tb
         for packet in inp.demux(ist):
@@ -269,19 +281,17 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
                 continue
             assert packet.pts is not None
             index = (packet.pts - offset) // step
+            if decode_all:
+                # a frame no other frame refers to is decoded only when it is sampled:
+                # the others decode exactly as before (about 30 % fewer frames decoded)
+                ctx.skip_frame = "DEFAULT" if index in sampled else "NONREF"
             if decode_all or (index in sampled and packet.is_keyframe):
-                for frame in ist.codec_context.decode(packet):
-                    if not decode_all or decoded in sampled:
-                        histogram += _histogram(frame)
-                        images += 1
-                    decoded += 1
+                for frame in ctx.decode(packet):
+                    take(frame)
             dts = packet.dts if packet.dts is not None else packet.pts
             _mux_copied(out, ost, packet, index, (dts - offset) // step, out_tb)
-        for frame in ist.codec_context.decode(None):
-            if not decode_all or decoded in sampled:
-                histogram += _histogram(frame)
-                images += 1
-            decoded += 1
+        for frame in ctx.decode(None):
+            take(frame)
     return VideoResult(info.frames, True, PixelStats(histogram, images))
 
 
