@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ego_assets.capture.files import MARKER_FILE
-from ego_assets.cli import INSPECT_COLUMNS, _Bars, build_parser, main
+from ego_assets.cli import INSPECT_COLUMNS, Bars, build_parser, main
 from ego_assets.pipeline import ingest_raw
 from ego_assets.progress import listening
 from ego_assets.storage import Storage
@@ -252,7 +252,7 @@ def test_long_work_reports_progress_and_the_cli_draws_it_as_bars(tmp_path):
     total = sum(p.stat().st_size for p in (tmp_path / "c").rglob("*") if p.is_file())
     assert hashed[-1][1:] == (total, total)
     terminal = io.StringIO()
-    bars = _Bars(terminal, delay_s=0)
+    bars = Bars(terminal, delay_s=0)
     for task, done, total in seen:
         bars(task, done, total)
     bars.close()
