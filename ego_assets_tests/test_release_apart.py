@@ -48,3 +48,25 @@ def test_a_release_packed_apart_has_the_bytes_of_one_packed_in_a_thread(
     assert build.build_release(root, "all", shard_bytes=250_000).written
     assert calls == ["pack_webdataset"]
     assert _tree(folder) == threaded
+
+
+def test_a_derived_release_packed_apart_has_the_bytes_of_one_packed_in_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a derived action space robomimic is packed apart too (its derivation is
+    Python work an episode)."""
+    root = make_release_root(tmp_path / "data")
+    spec = WEBXR_ONLY + '\n[actions]\nspace = "eef_pose_gripper"\n'
+    _write_spec(root, "eef", spec)
+    assert build.build_release(root, "eef", shard_bytes=250_000).written
+    folder = root / "releases" / "eef" / "v1"
+    threaded = _tree(folder)
+    shutil.move(folder, tmp_path / "threaded")
+    monkeypatch.setattr(build, "PROCESS_MIN_EPISODES", 0)
+    calls: list[str] = []
+    monkeypatch.setattr(
+        build, "run_apart", lambda fn, *args: calls.append(fn.__name__) or run_apart(fn, *args)
+    )
+    assert build.build_release(root, "eef", shard_bytes=250_000).written
+    assert sorted(calls) == ["_pack_robomimic_hashed", "pack_webdataset"]
+    assert _tree(folder) == threaded

@@ -131,9 +131,12 @@ def _pack_version(
             else:
                 jobs["webdataset"] = pool.submit(pack_webdataset, *args)
         if "robomimic" in wanted:
-            jobs["robomimic"] = pool.submit(
-                _pack_robomimic_hashed, root, episodes, splits, tmp, plan, known, space, notes
-            )
+            robomimic = (root, episodes, splits, tmp, plan, known, space)
+            if space.derived and len(episodes) >= PROCESS_MIN_EPISODES:
+                # deriving is Python work an episode: apart, off the merge's GIL
+                jobs["robomimic"] = pool.submit(run_apart, _pack_robomimic_hashed, *robomimic)
+            else:
+                jobs["robomimic"] = pool.submit(_pack_robomimic_hashed, *robomimic)
         if "lerobot" in wanted:
             jobs["lerobot"] = pool.submit(
                 pack_lerobot,
@@ -155,8 +158,9 @@ def _pack_version(
         for shard in index["shards"]:
             hashed[f"{WEBDATASET_FOLDER}/{shard['path']}"] = (shard["bytes"], shard["sha256"])
     if "robomimic" in done:
-        formats["robomimic"], digests = done["robomimic"]
+        formats["robomimic"], digests, robomimic_notes = done["robomimic"]
         hashed.update(digests)
+        notes.merge(robomimic_notes)
     if "lerobot" in done:
         formats["lerobot"] = done["lerobot"]
         hashed.update(receipt_digests(tmp, formats["lerobot"]))
@@ -184,11 +188,12 @@ def _pack_robomimic_hashed(
     plan: PartPlan,
     known: tuple[Path, list[dict[str, Any]]] | None,
     space: ActionSpace | None = None,
-    notes: SourceNotes | None = None,
-) -> tuple[dict[str, Any], dict[str, tuple[int, str]]]:
+) -> tuple[dict[str, Any], dict[str, tuple[int, str]], dict[str, Any]]:
     """`pack_robomimic`, then (bytes, SHA-256) of its files (path below ``tmp``) as
     `file_records` takes them: hashed on the robomimic thread, which is done long before
-    the LeRobot merge (its episode files are links, packed in no time), not after it."""
+    the LeRobot merge (its episode files are links, packed in no time), not after it;
+    and its `SourceNotes` (a derived space) as JSON."""
+    notes = SourceNotes()
     packed = pack_robomimic(root, episodes, splits, tmp, plan, space, notes)
     prefix = f"{ROBOMIMIC_FOLDER}/"
     if known is not None:  # the previous version's robomimic files, paths below its folder
@@ -202,7 +207,8 @@ def _pack_robomimic_hashed(
             ],
         )
     records = file_records(tmp / ROBOMIMIC_FOLDER, known)
-    return packed, {f"{prefix}{r['path']}": (r["bytes"], r["sha256"]) for r in records}
+    digests = {f"{prefix}{r['path']}": (r["bytes"], r["sha256"]) for r in records}
+    return packed, digests, notes.to_json()
 
 
 def latest_manifest(root: Path, name: str) -> dict[str, Any] | None:
