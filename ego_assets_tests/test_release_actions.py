@@ -422,10 +422,10 @@ def test_a_capture_that_cannot_give_the_space_fails_the_build_naming_it(built_ro
     doc["streams"] = [s for s in doc["streams"] if s["kind"] not in ("pose", "media_frames")]
     doc["media"] = [m for m in doc["media"] if not m.get("frames_stream")]
     header.write_text(json.dumps(doc))
-    _write_spec(root, "eef", EEF)
+    _write_spec(root, "headless", EEF)  # a new release: the copied root holds `eef` v1
     with pytest.raises(ActionsError) as err:
-        build_release(root, "eef")
+        build_release(root, "headless")
     message = str(err.value)
     assert message.startswith(f"capture rel-xr-b: {root / 'trajectory' / 'rel-xr-b'}: ")
     assert "actions.frame: no head pose is recorded" in message and "\n" not in message
-    assert list((root / "releases" / "eef").iterdir()) == []  # nothing written
+    assert list((root / "releases" / "headless").iterdir()) == []  # nothing written
