@@ -9,6 +9,7 @@ instructions as EgoSmith writes them.
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import h5py
@@ -195,3 +196,31 @@ def test_webdataset_meta_carries_the_instructions_as_egosmith_writes_them(releas
         assert meta["instruction"][1].startswith("Take the lid off")
         # EgoSmith's language is the last instruction (its spec's example does the same)
         assert meta["language"] == meta["instruction"][-1]
+
+
+def test_ceres_segments_come_through_a_lerobot_import_into_a_release(
+    released, lerobot_apart, tmp_path
+):
+    """The WebXR episode's CERES shard imported back (``lerobot-v3``), carried through
+    and released: its segments' texts are again the tasks of exactly their frames."""
+    root, _ = released
+    src = tmp_path / "shards"
+    shutil.copytree(root / "exports" / "ceres-lerobot-v3" / "lang-xr" / "shards", src)
+    storage = Storage(root)
+    importer = get_importer("lerobot-v3")
+    summary = import_source(storage, importer, open_source(str(src), importer))
+    assert summary.failed == [] and len(summary.landed) == 1
+    key = summary.landed[0]
+    carry_through(storage, key, episode_index=7)
+    _build_catalog(storage)
+    assert [s["task"] for s in _segments(root, key)] == STEPS
+    select = f"[select]\nwhere = \"capture_key = '{key}'\"\n[split]"
+    # LeRobot only: a LeRobot import has no per-frame camera pose, so no EgoSmith export
+    spec = SPEC.replace("[split]", select).replace('"webdataset", "robomimic", ', "")
+    _write_spec(root, "lang-import", spec)
+    rows, text_of = _frame_tasks(build_release(root, "lang-import"))
+    original, original_text = _frame_tasks(lerobot_apart["lang-xr"])
+    tasks = [text_of[i] for i in rows["task_index"]]
+    # frame by frame, the same segment texts over the same frames as the recording's
+    assert tasks == [original_text[i] for i in original["task_index"]]
+    assert [t for i, t in enumerate(tasks) if i == 0 or t != tasks[i - 1]] == STEPS

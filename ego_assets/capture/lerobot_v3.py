@@ -447,10 +447,18 @@ class _Reader:
         indices = np.unique(table.column("task_index").to_numpy()).tolist()
         instructions = tuple(str(texts[i]) for i in indices if i in texts)
         segments = []
+        slots = (
+            table.column(CERES_SOURCE[0]).to_numpy()
+            if CERES_SOURCE[0] in table.column_names
+            else None
+        )
         for i, seg in enumerate(self.metadata.get("segments", []) or []):
             try:
                 start = round(float(seg["source_start_s"]) * 1e9)
                 end = round(float(seg["source_end_s"]) * 1e9)
+                start_slot, end_slot = _slot_range(
+                    slots, seg.get("frame_start"), seg.get("frame_end")
+                )
                 segments.append(
                     Segment(
                         segment_id=str(seg.get("segment_id", f"seg-{i:03d}")),
@@ -461,6 +469,8 @@ class _Reader:
                         outcome=str(seg.get("outcome", "unknown")),
                         start_ns=start,
                         end_ns=max(start, end),
+                        start_slot=start_slot,
+                        end_slot=end_slot,
                         annotations={
                             str(k): str(v) for k, v in (seg.get("annotations") or {}).items()
                         },
@@ -525,3 +535,17 @@ def _pinch(
         tracked = state[:, hand_offset(side)] > 0
         fields[side] = np.where(tracked, action[:, i].astype(np.float64), np.nan)
     return make_stream("pinch", "pinch", ts, 0, fields, dict(common))
+
+
+def _slot_range(
+    slots: np.ndarray | None, frame_start: Any, frame_end: Any
+) -> tuple[int | None, int | None]:
+    """The recorder-slot range [start, end) of a segment's exported rows [frame_start,
+    frame_end) (``ceres.source_frame_index`` of its first and last row): the recorder
+    stream's slots, so that a re-export cuts the same rows; (None, None) without them."""
+    if slots is None or frame_start is None or frame_end is None:
+        return None, None
+    first, end = int(frame_start), int(frame_end)
+    if not 0 <= first < end <= len(slots):
+        return None, None
+    return int(slots[first]), int(slots[end - 1]) + 1
