@@ -30,24 +30,33 @@ def test_a_process_that_dies_without_an_answer_says_so() -> None:
         run_apart(os._exit, 3)
 
 
-def test_a_release_packed_apart_has_the_bytes_of_one_packed_in_a_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root = make_release_root(tmp_path / "data")
-    _write_spec(root, "all", WEBXR_ONLY)  # all three formats
-    assert build.build_release(root, "all", shard_bytes=250_000).written
-    folder = root / "releases" / "all" / "v1"
+def _threaded_then_apart(
+    root: Path, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, bytes], dict[str, bytes], list[str]]:
+    """Release ``name`` v1 packed in threads, then again with every large-release packing
+    apart: (threaded files, apart files, the functions run apart)."""
+    assert build.build_release(root, name, shard_bytes=250_000).written
+    folder = root / "releases" / name / "v1"
     threaded = _tree(folder)
-    assert any(name.startswith("webdataset/") and name.endswith(".tar") for name in threaded)
     shutil.move(folder, tmp_path / "threaded")
     monkeypatch.setattr(build, "PROCESS_MIN_EPISODES", 0)
     calls: list[str] = []
     monkeypatch.setattr(
         build, "run_apart", lambda fn, *args: calls.append(fn.__name__) or run_apart(fn, *args)
     )
-    assert build.build_release(root, "all", shard_bytes=250_000).written
+    assert build.build_release(root, name, shard_bytes=250_000).written
+    return threaded, _tree(folder), calls
+
+
+def test_a_release_packed_apart_has_the_bytes_of_one_packed_in_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_release_root(tmp_path / "data")
+    _write_spec(root, "all", WEBXR_ONLY)  # all three formats
+    threaded, apart, calls = _threaded_then_apart(root, "all", tmp_path, monkeypatch)
+    assert any(name.startswith("webdataset/") and name.endswith(".tar") for name in threaded)
     assert calls == ["pack_webdataset"]
-    assert _tree(folder) == threaded
+    assert apart == threaded
 
 
 def test_a_derived_release_packed_apart_has_the_bytes_of_one_packed_in_threads(
@@ -56,17 +65,7 @@ def test_a_derived_release_packed_apart_has_the_bytes_of_one_packed_in_threads(
     """With a derived action space robomimic is packed apart too (its derivation is
     Python work an episode)."""
     root = make_release_root(tmp_path / "data")
-    spec = WEBXR_ONLY + '\n[actions]\nspace = "eef_pose_gripper"\n'
-    _write_spec(root, "eef", spec)
-    assert build.build_release(root, "eef", shard_bytes=250_000).written
-    folder = root / "releases" / "eef" / "v1"
-    threaded = _tree(folder)
-    shutil.move(folder, tmp_path / "threaded")
-    monkeypatch.setattr(build, "PROCESS_MIN_EPISODES", 0)
-    calls: list[str] = []
-    monkeypatch.setattr(
-        build, "run_apart", lambda fn, *args: calls.append(fn.__name__) or run_apart(fn, *args)
-    )
-    assert build.build_release(root, "eef", shard_bytes=250_000).written
+    _write_spec(root, "eef", WEBXR_ONLY + '\n[actions]\nspace = "eef_pose_gripper"\n')
+    threaded, apart, calls = _threaded_then_apart(root, "eef", tmp_path, monkeypatch)
     assert sorted(calls) == ["_pack_robomimic_hashed", "pack_webdataset"]
-    assert _tree(folder) == threaded
+    assert apart == threaded
