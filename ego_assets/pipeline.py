@@ -20,6 +20,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from ego_assets.capture.files import CaptureFiles
 from ego_assets.capture.manifest import (
@@ -34,11 +35,12 @@ from ego_assets.quality.policy import default_policy
 from ego_assets.quality.report import REPORT_VERSION
 from ego_assets.quality.thresholds import default_thresholds
 from ego_assets.quality.waivers import read_waivers, waivers_digest, waivers_for
-from ego_assets.storage import QUARANTINE_DIR, Storage, write_file
+from ego_assets.storage import QUARANTINE_DIR, Storage, is_local, write_file
 from ego_assets.trajectory.store import (
     CAPTURE_JSON,
     STORE_LAYOUT,
     read_trajectory,
+    remember_written,
     write_trajectory_files,
 )
 from ego_assets.viewer import RECORDING_FILE, VIEWER_VERSION
@@ -113,7 +115,7 @@ def normalize(storage: Storage, key: str) -> StepResult:
     with storage.read_dir(raw_capture_dir(raw)) as capture_dir:
         trajectory = read_capture(key, capture_dir)
     with storage.write_dir("trajectory", key, index_file=LINEAGE_FILE) as stage:
-        write_trajectory_files(trajectory, stage)
+        tables = write_trajectory_files(trajectory, stage)
         lineage = {
             "data_version": version,
             "raw_content_sha256": manifest.content_sha256,
@@ -121,6 +123,9 @@ def normalize(storage: Storage, key: str) -> StepResult:
         }
         (stage / LINEAGE_FILE).write_text(json.dumps(lineage, sort_keys=True) + "\n")
         header = json.loads((stage / CAPTURE_JSON).read_text())
+    published = storage.stage_path("trajectory", key)
+    if is_local(published):  # the next step in this process (quality) reads it from memory
+        remember_written(Path(published.path), tables)
     return StepResult(key, version, False, _trajectory_figures(header))
 
 

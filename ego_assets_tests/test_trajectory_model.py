@@ -260,3 +260,57 @@ def test_a_stored_trajectory_is_read_once_per_version_and_shared_read_only(tmp_p
     third = read_trajectory(target)
     assert third is not second
     _assert_same_streams(third, second)
+
+
+def _assert_identical(a, b):
+    """Same header, streams, attrs and arrays, dtype and bytes (NaN payloads included)."""
+    assert a.header_to_dict() == b.header_to_dict()
+    assert [(s.name, s.kind, dict(s.attrs)) for s in a.streams] == [
+        (s.name, s.kind, dict(s.attrs)) for s in b.streams
+    ]
+    for x, y in zip(a.streams, b.streams, strict=True):
+        pairs = [(x.timestamp_ns, y.timestamp_ns), (x.time, y.time), (x.flags, y.flags)]
+        assert list(x.fields) == list(y.fields)
+        pairs += [(x.fields[name], y.fields[name]) for name in x.fields]
+        for u, v in pairs:
+            assert u.dtype == v.dtype and u.shape == v.shape, x.name
+            if u.dtype == object:
+                assert u.tolist() == v.tolist(), x.name
+            else:
+                assert u.tobytes() == v.tobytes(), x.name
+
+
+@pytest.mark.parametrize("list_max_rows", [store.LIST_MAX_ROWS, 4])
+def test_a_written_trajectory_is_kept_as_reading_it_back_would_give(
+    tmp_path, monkeypatch, list_max_rows
+):
+    monkeypatch.setattr(store, "LIST_MAX_ROWS", list_max_rows)  # 4: one column per component
+    folder = tmp_path / "ep"
+    folder.mkdir()
+    tables = store.write_trajectory_files(full_trajectory(), folder)
+    store.clear_read_cache()
+    store.remember_written(folder, tables)
+    kept = read_trajectory(folder)
+    store.clear_read_cache()
+    read_back = read_trajectory(folder)
+    assert kept is not read_back
+    _assert_identical(kept, read_back)
+    assert not kept.stream("hand_right_world").fields["position"].flags.writeable
+
+
+def test_the_trajectory_step_hands_quality_what_reading_its_store_gives(tmp_path):
+    from ego_assets import pipeline
+    from ego_assets.storage import Storage
+    from ego_assets.synth import KINDS, synthesize
+
+    storage = Storage(str(tmp_path / "data"))
+    for i, kind in enumerate(KINDS):
+        key = f"kept-{kind}"
+        synthesize(kind, tmp_path / "data" / "landing" / key, seconds=2, seed=i, capture_id=key)
+        pipeline.ingest_raw(storage, key)
+        store.clear_read_cache()
+        pipeline.normalize(storage, key)
+        folder = tmp_path / "data" / "trajectory" / key
+        assert len(store._READ_CACHE) == 1  # kept by the step, not read
+        kept = read_trajectory(folder)
+        _assert_identical(kept, store._read_trajectory(folder))

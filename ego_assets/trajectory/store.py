@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
@@ -240,14 +240,16 @@ def stream_index_entry(stream: Stream) -> dict[str, Any]:
     }
 
 
-def write_trajectory_files(trajectory: Trajectory, folder: Path) -> None:
-    """Write ``trajectory`` into the existing, empty ``folder`` (not atomic on its own)."""
+def write_trajectory_files(trajectory: Trajectory, folder: Path) -> dict[str, pa.Table]:
+    """Write ``trajectory`` into the existing, empty ``folder`` (not atomic on its own);
+    returns the Arrow table written per stream name (for `remember_written`)."""
     folder = Path(folder)
     (folder / STREAMS_DIR).mkdir()
     index = []
+    tables: dict[str, pa.Table] = {}
     for stream in sorted(trajectory.streams, key=lambda s: s.name):
         file_name = stream_file_name(stream.name)
-        table = stream_to_table(stream)
+        table = tables[stream.name] = stream_to_table(stream)
         pq.write_table(
             table,
             folder / STREAMS_DIR / file_name,
@@ -260,6 +262,7 @@ def write_trajectory_files(trajectory: Trajectory, folder: Path) -> None:
     header["streams"] = index
     header["duration_s"] = trajectory.duration_s
     (folder / CAPTURE_JSON).write_text(json.dumps(header, indent=1, sort_keys=True) + "\n")
+    return tables
 
 
 def write_trajectory(trajectory: Trajectory, folder: Path) -> Path:
@@ -320,12 +323,20 @@ def read_trajectory(folder: Path) -> Trajectory:
                 return cached[0]
     trajectory = _read_trajectory(folder)
     size = _read_only(trajectory)
-    if identity is not None and size <= READ_CACHE_BYTES:
-        with _READ_LOCK:
-            _READ_CACHE[identity] = (trajectory, size)
-            while sum(n for _, n in _READ_CACHE.values()) > READ_CACHE_BYTES:
-                _READ_CACHE.popitem(last=False)
+    if identity is not None:
+        _keep(identity, trajectory, size)
     return trajectory
+
+
+def _keep(identity: tuple[Any, ...], trajectory: Trajectory, size: int) -> None:
+    """Keep ``trajectory`` (``size`` bytes of arrays) as the version ``identity`` names,
+    dropping the oldest kept beyond `READ_CACHE_BYTES`."""
+    if size > READ_CACHE_BYTES:
+        return
+    with _READ_LOCK:
+        _READ_CACHE[identity] = (trajectory, size)
+        while sum(n for _, n in _READ_CACHE.values()) > READ_CACHE_BYTES:
+            _READ_CACHE.popitem(last=False)
 
 
 def clear_read_cache() -> None:
@@ -334,9 +345,27 @@ def clear_read_cache() -> None:
         _READ_CACHE.clear()
 
 
+def remember_written(folder: Path, tables: dict[str, pa.Table]) -> None:
+    """Keep, for `read_trajectory`, the trajectory just published in ``folder`` (its final
+    place) from the ``tables`` `write_trajectory_files` wrote there: what reading the
+    folder would give (the Parquet files hold exactly these tables), without reading it."""
+    identity = _stored_identity(folder)
+    if identity is None:
+        return
+    trajectory = _assemble(folder, lambda name: tables[name])
+    _keep(identity, trajectory, _read_only(trajectory))
+
+
 def _read_trajectory(folder: Path) -> Trajectory:
+    return _assemble(
+        folder, lambda name: pq.read_table(folder / STREAMS_DIR / stream_file_name(name))
+    )
+
+
+def _assemble(folder: Path, table: Callable[[str], pa.Table]) -> Trajectory:
+    """The `Trajectory` of ``folder``'s header with each indexed stream's ``table(name)``."""
     header, index = read_header(folder)
-    streams = tuple(read_stream(folder, entry["name"]) for entry in index)
+    streams = tuple(table_to_stream(table(entry["name"])) for entry in index)
     return Trajectory(
         info=header.info,
         streams=streams,
