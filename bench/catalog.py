@@ -105,6 +105,31 @@ def _simulate(
 ) -> None:
     """Stage ``count`` simulated captures (keys ``ep-<first>``..., or ``ep-<md5>`` when
     ``random_keys``) as staging ``batch``."""
+    _simulated_episodes(con, first, count, batch, random_keys)
+    _stage_captures(con, batch)
+    _stage_quality(con, batch)
+    _stage_receipts(con, batch)
+    _record_batch(con, batch, count)
+
+
+# Verdicts of the simulated episodes, from their pseudo-random ``q`` and ``x`` (0-99):
+# 70 % pass, 22 % warn, 8 % fail; a fail blocks every export unless waived (10 %).
+_STATUS = "case when q < 70 then 'pass' when q < 92 then 'warn' else 'fail' end"
+_WORST = (
+    "case when q < 70 then null when q < 80 then 'hand:left/tracking_loss_ratio' "
+    "when q < 88 then 'stream:camera/missing_sample_ratio' "
+    "when q < 95 then 'hand:right/jitter_mps3' else 'cross/start_misalignment_s' end"
+)
+_BLOCKED = "(q >= 92 and x >= 10)"
+# Share of the allowed episodes with a receipt, per format (%).
+_RECEIPT_SHARES = {"holos_hdf5": 95, "ceres_episode": 80, "egosmith_shards": 60}
+
+
+def _simulated_episodes(
+    con: duckdb.DuckDBPyConnection, first: int, count: int, batch: int, random_keys: bool
+) -> None:
+    """The temp table ``sim``: one row per simulated episode (key, kind, device, task,
+    demonstrator, split, duration, landing time, verdict draws ``q`` and ``x``)."""
     days = 365
     # h(i, salt): a deterministic pseudo-random non-negative integer per episode
     con.execute("create or replace macro h(i, salt) as cast(hash(i, salt) % 1000003 as bigint)")
@@ -132,13 +157,10 @@ def _simulate(
         )
         """
     )
-    status = "case when q < 70 then 'pass' when q < 92 then 'warn' else 'fail' end"
-    worst = (
-        "case when q < 70 then null when q < 80 then 'hand:left/tracking_loss_ratio' "
-        "when q < 88 then 'stream:camera/missing_sample_ratio' "
-        "when q < 95 then 'hand:right/jitter_mps3' else 'cross/start_misalignment_s' end"
-    )
-    blocked = "(q >= 92 and x >= 10)"  # fails block every export unless waived (10 %)
+
+
+def _stage_captures(con: duckdb.DuckDBPyConnection, batch: int) -> None:
+    """``sim``'s raw manifests and trajectory headers as staging ``batch``."""
     con.execute(
         f"""insert into {SCHEMA}.raw_manifests by name
         select capture_key, kind as raw_kind, 12 as raw_files,
@@ -155,6 +177,11 @@ def _simulate(
                'normalize-2:' || md5(capture_key) as trajectory_data_version,
                {batch} as _batch from sim"""
     )
+
+
+def _stage_quality(con: duckdb.DuckDBPyConnection, batch: int) -> None:
+    """``sim``'s quality rows and export gates as staging ``batch``."""
+    status, worst, blocked = _STATUS, _WORST, _BLOCKED
     con.execute(
         f"""insert into {SCHEMA}.quality_rows by name
         select capture_key, capture_key as capture_id, kind as source_kind,
@@ -184,7 +211,11 @@ def _simulate(
                case when q >= 92 then 1 else 0 end as gx_errors, 0 as gx_warnings,
                {batch} as _batch from sim"""
     )
-    shares = {"holos_hdf5": 95, "ceres_episode": 80, "egosmith_shards": 60}
+
+
+def _stage_receipts(con: duckdb.DuckDBPyConnection, batch: int) -> None:
+    """Export receipts of ``sim``'s allowed episodes (`_RECEIPT_SHARES` of them per
+    format, 3 % by an old exporter version) as staging ``batch``."""
     for fmt in FORMATS:
         con.execute(
             f"""insert into {SCHEMA}.export_receipts_{fmt} by name
@@ -196,8 +227,12 @@ def _simulate(
                         else '{CODE_VERSIONS[fmt]}' end as code_version,
                    'q1:' || md5(capture_key) as input_data_version,
                    landed_at + interval 2 hour as exported_at, {batch} as _batch
-            from sim where not {blocked} and h(i, 'has-{fmt}') % 100 < {shares[fmt]}"""
+            from sim where not {_BLOCKED} and h(i, 'has-{fmt}') % 100 < {_RECEIPT_SHARES[fmt]}"""
         )
+
+
+def _record_batch(con: duckdb.DuckDBPyConnection, batch: int, count: int) -> None:
+    """The staged rows' item versions, the export formats (first batch) and the batch."""
     tables = ["raw_manifests", "trajectory_headers", "quality_rows", "quality_gates"]
     tables += [f"export_receipts_{fmt}" for fmt in FORMATS]
     for table in tables:

@@ -27,7 +27,6 @@ from typing import Any
 
 from bench import name_value_table, report
 from ego_assets_tests.malformed import (
-    CASES,
     CLASSES,
     KINDS,
     Case,
@@ -36,6 +35,7 @@ from ego_assets_tests.malformed import (
     prepare,
     run_convert,
 )
+from ego_assets_tests.malformed_cases import CASES
 
 
 def _rss_mb() -> float:

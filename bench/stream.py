@@ -381,29 +381,12 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _daemon_path(
-    data: Path,
-    home: Path,
-    staged: Path,
-    burst: list[str],
-    lone: str,
-    interval: int,
-    api_key: str,
-) -> dict[str, Any]:
-    import dagster as dg
-
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "EGO_DATA_DIR": str(data),
-        "EGO_SENSOR_INTERVAL_S": str(interval),
-        "PYTHONPATH": str(REPO),
-    }
-    # as deployed on one box (infra/docker-compose.yaml): the capture location in a code
-    # server of its own, which the daemon reaches over gRPC. (A daemon that starts the code
-    # servers itself, from workspace.yaml, replaces them every 60 s, and the first capture
-    # a new one's sensor takes pays the step libraries' imports again.)
-    port = _free_port()
+def _write_workspace(home: Path, port: int) -> Path:
+    """``home/workspace.yaml`` as deployed on one box (infra/docker-compose.yaml): the
+    capture location in a code server of its own on ``port``, which the daemon reaches
+    over gRPC, and the catalog location from its module. (A daemon that starts the code
+    servers itself, from workspace.yaml, replaces them every 60 s, and the first capture
+    a new one's sensor takes pays the step libraries' imports again.)"""
     workspace = home / "workspace.yaml"
     workspace.write_text(
         yaml.safe_dump(
@@ -427,6 +410,41 @@ def _daemon_path(
             }
         )
     )
+    return workspace
+
+
+def _stop(services: list[subprocess.Popen]) -> None:
+    """Stop each service's process group, the last started first (SIGTERM, then SIGKILL
+    after 120 s)."""
+    for service in reversed(services):
+        os.killpg(service.pid, signal.SIGTERM)
+        try:
+            service.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(service.pid, signal.SIGKILL)
+            service.wait()
+
+
+def _daemon_path(
+    data: Path,
+    home: Path,
+    staged: Path,
+    burst: list[str],
+    lone: str,
+    interval: int,
+    api_key: str,
+) -> dict[str, Any]:
+    import dagster as dg
+
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "EGO_DATA_DIR": str(data),
+        "EGO_SENSOR_INTERVAL_S": str(interval),
+        "PYTHONPATH": str(REPO),
+    }
+    port = _free_port()
+    workspace = _write_workspace(home, port)
     log = (home / "daemon.log").open("wb")
     services = [
         _spawn(
@@ -486,13 +504,7 @@ def _daemon_path(
                 raise RuntimeError(f"capture runs failed: {failed} (log: {home / 'daemon.log'})")
             api = _api_exports(instance, env, home, api_key)
     finally:
-        for service in reversed(services):
-            os.killpg(service.pid, signal.SIGTERM)
-            try:
-                service.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(service.pid, signal.SIGKILL)
-                service.wait()
+        _stop(services)
         log.close()
     single_path = "run" if lone_run is not None else "tick"
     return {

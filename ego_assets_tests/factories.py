@@ -26,7 +26,7 @@ from ego_assets.trajectory.model import (
     TranscriptToken,
     VlmOutput,
 )
-from ego_assets.trajectory.streams import make_stream
+from ego_assets.trajectory.streams import Stream, make_stream
 
 START_NS = 1_793_000_000_000_000_000
 
@@ -58,6 +58,34 @@ def hand_stream(n: int = 9, rate_hz: float = 90.0, hand: str = "right", joints: 
 
 def full_trajectory() -> Trajectory:
     """A trajectory using every header record type."""
+    head, frames = _full_streams()
+    return Trajectory(
+        info=_full_info(),
+        streams=(head, hand_stream(), frames),
+        annotations=_full_annotations(),
+        media=(
+            MediaRef(
+                "camera_left",
+                "media/camera_left.mov",
+                "video/quicktime",
+                "video",
+                codec="h264",
+                width=320,
+                height=240,
+                fps=30.0,
+                frame_count=3,
+                frames_stream="camera_left_frames",
+            ),
+        ),
+        files=(FileRef("thumbnail", "thumbnail.jpg", "image/jpeg"),),
+        extra_files=("notes/extra.txt",),
+        quirks=(Quirk("x.csv", "odd", rows=2, field="f"),),
+    )
+
+
+def _full_streams() -> tuple[Stream, Stream]:
+    """`full_trajectory`'s head pose (6 samples at 60 Hz, the last ``limited``) and camera
+    frames (3 at 30 Hz)."""
     head_ts = START_NS + np.arange(6, dtype=np.int64) * 16_666_667
     head = make_stream(
         "device_pose",
@@ -84,7 +112,13 @@ def full_trajectory() -> Trajectory:
         },
         {"media": "camera_left"},
     )
-    info = CaptureInfo(
+    return head, frames
+
+
+def _full_info() -> CaptureInfo:
+    """`full_trajectory`'s capture info: one calibrated camera, characteristics, study
+    and task specification."""
+    return CaptureInfo(
         capture_id="cap-1",
         source_kind="holos-visionpro",
         source_version="1",
@@ -113,7 +147,12 @@ def full_trajectory() -> Trajectory:
         study=StudyInfo(headset_id="HS-7", demonstrator_id="fox,,otter,copper"),
         task_specification=TaskSpecification("1.0.0", "ab" * 32, "task.json", "Pour"),
     )
-    annotations = Annotations(
+
+
+def _full_annotations() -> Annotations:
+    """`full_trajectory`'s annotations: instructions, language, two segments, a procedure
+    step, a transcript with a token, a VLM output."""
+    return Annotations(
         instructions=("pick up the cup", "pour"),
         language="pour water",
         segments=(
@@ -136,28 +175,6 @@ def full_trajectory() -> Trajectory:
         transcript=(TranscriptSegment(0.1, 0.9, "grab the cup", True),),
         transcript_tokens=(TranscriptToken(0, 0.1, 0.3, "grab"),),
         vlm=(VlmOutput(5123.5, "2026-11-02T10:15:00.250Z", 0.25, "what?", "a cup"),),
-    )
-    return Trajectory(
-        info=info,
-        streams=(head, hand_stream(), frames),
-        annotations=annotations,
-        media=(
-            MediaRef(
-                "camera_left",
-                "media/camera_left.mov",
-                "video/quicktime",
-                "video",
-                codec="h264",
-                width=320,
-                height=240,
-                fps=30.0,
-                frame_count=3,
-                frames_stream="camera_left_frames",
-            ),
-        ),
-        files=(FileRef("thumbnail", "thumbnail.jpg", "image/jpeg"),),
-        extra_files=("notes/extra.txt",),
-        quirks=(Quirk("x.csv", "odd", rows=2, field="f"),),
     )
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ego_assets.capture import read_capture
-from ego_assets_tests.malformed import CASES, CLASSES, KINDS, Case, make_base, prepare, run_convert
+from ego_assets_tests.malformed import CLASSES, KINDS, Case, make_base, prepare, run_convert
+from ego_assets_tests.malformed_cases import CASES
 
 
 @pytest.fixture(scope="module")

@@ -134,6 +134,18 @@ def write_holos(root: Path, modality: str = "visionpro") -> Path:
     """A small holos package with known values (3-4 rows per CSV) + its marker."""
     root.mkdir(parents=True, exist_ok=True)
     iphone = modality == "iphone"
+    _write_holos_metadata(root, modality, iphone)
+    _write_holos_tracking(root, iphone)
+    _write_holos_media(root, iphone)
+    _write_holos_annotations(root)
+    (root / "ego_capture.json").write_text(
+        json.dumps({"format": "ego-capture-marker", "version": 1, "kind": "holos"})
+    )
+    return root
+
+
+def _write_holos_metadata(root: Path, modality: str, iphone: bool) -> None:
+    """``metadata.json``: device, app, clock (`ORIGIN_NS`, `START_MONO`), task."""
     meta = {
         "schema": "holos-capture",
         "schema_version": 1,
@@ -153,6 +165,11 @@ def write_holos(root: Path, modality: str = "visionpro") -> Path:
         "instructions": ["pick up the jug", "pour"],
     }
     (root / "metadata.json").write_text(json.dumps(meta))
+
+
+def _write_holos_tracking(root: Path, iphone: bool) -> None:
+    """Device pose (a NaN on Vision Pro, tracking states on iPhone), both hands (joints or
+    landmarks), two IMU rows and two object anchors."""
     pose_header = ["t_mono_s", "tx", "ty", "tz", "qx", "qy", "qz", "qw"]
     pose_rows: list[list[object]] = [
         [t, 0.1 * i, 1.5, -0.2, 0, 0, 0, 1] for i, t in enumerate(POSE_T)
@@ -183,6 +200,11 @@ def write_holos(root: Path, modality: str = "visionpro") -> Path:
             [POSE_T[0], "a2", "jug", 0.1, 0.9, -0.4, 0, 0, 0, 1, 0],
         ],
     )
+
+
+def _write_holos_media(root: Path, iphone: bool) -> None:
+    """The camera's frame times and movie, the audio, and (Vision Pro) the stereo
+    calibration."""
     camera = "camera_back" if iphone else "camera_left"
     _write_frames(root / f"media/{camera}_frames.csv")
     _write_mov(root / f"media/{camera}.mov")
@@ -206,6 +228,10 @@ def write_holos(root: Path, modality: str = "visionpro") -> Path:
         (root / "calibration/stereo.json").write_text(
             json.dumps({"baseline_m": 0.064, "cameras": cams})
         )
+
+
+def _write_holos_annotations(root: Path) -> None:
+    """Transcript, procedure steps, VLM outputs, thumbnail and operator notes."""
     (root / "transcript.json").write_text(
         json.dumps(
             {
@@ -250,10 +276,6 @@ def write_holos(root: Path, modality: str = "visionpro") -> Path:
     )
     (root / "thumbnail.jpg").write_bytes(b"\xff\xd8\xff\xd9")
     (root / "notes.txt").write_text("operator notes\n")
-    (root / "ego_capture.json").write_text(
-        json.dumps({"format": "ego-capture-marker", "version": 1, "kind": "holos"})
-    )
-    return root
 
 
 @pytest.fixture(scope="module")
