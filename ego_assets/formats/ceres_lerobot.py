@@ -327,9 +327,11 @@ def _episode_type(name: str, sample: Any) -> pa.DataType:
     return pa.int64()
 
 
-def write_receipt(folder: Path) -> dict[str, Any]:
-    """List every file below ``folder`` (but the receipt) with SHA-256, size, media type."""
+def write_receipt(folder: Path, hashed: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """List every file below ``folder`` (but the receipt) with SHA-256, size, media type;
+    ``hashed``: relative path -> SHA-256 of files hashed already (not read again)."""
     artefacts = []
+    hashed = hashed or {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = path.relative_to(folder).as_posix()
         if rel == RECEIPT_FILE:
@@ -337,7 +339,7 @@ def write_receipt(folder: Path) -> dict[str, Any]:
         artefacts.append(
             {
                 "path": rel,
-                "sha256": file_sha256(path),
+                "sha256": hashed.get(rel) or file_sha256(path),
                 "bytes": path.stat().st_size,
                 "media_type": MEDIA_TYPES.get(path.suffix, "application/octet-stream"),
             }

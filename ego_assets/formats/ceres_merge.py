@@ -50,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ego_assets.fileio import json_bytes, json_loads, link_or_copy
+from ego_assets.fileio import file_sha256, json_bytes, json_loads, link_or_copy
 from ego_assets.formats.ceres_lerobot import (
     CAMERA_KEY,
     CHUNKS_SIZE,
@@ -271,15 +271,29 @@ class _Writers:
     fps: int
     data_loc: tuple[int, int] = (0, 0)
     data_writer: pq.ParquetWriter | None = None
+    data_path: Path | None = None
     data_bytes: int = 0
     video_loc: tuple[int, int] = (0, 0)
     video: _VideoFile | None = None
     opened_video: bool = False
     opened_data: bool = False
     schema: pa.Schema | None = None
-    closed: list[Path] = field(default_factory=list)
     linked_from: Path | None = None  # set: files are hard-linked from this merge, not written
     data_open: bool = False  # a data file is current (written or linked)
+    # each written file hashed (for the receipt) on a thread of its own once it is closed,
+    # while the merge goes on, not read again after it: relative path -> SHA-256
+    hashing: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="merge-hash")
+    )
+    digests: dict[str, Future[str]] = field(default_factory=dict)
+
+    def _hash(self, path: Path | None) -> None:
+        assert path is not None  # a file was written
+        self.digests[path.relative_to(self.out).as_posix()] = self.hashing.submit(file_sha256, path)
+
+    def hashed(self) -> dict[str, str]:
+        """Relative path -> SHA-256 of every file written and closed (waits for them)."""
+        return {path: digest.result() for path, digest in self.digests.items()}
 
     def new_files(self) -> None:
         """Close the current data and video files: the next episode starts new ones."""
@@ -291,6 +305,7 @@ class _Writers:
         if self.data_open:
             if self.data_writer is not None:
                 self.data_writer.close()
+                self._hash(self.data_path)
             self.data_writer, self.data_open = None, False
             self.data_loc = _advance(*self.data_loc)
 
@@ -301,7 +316,7 @@ class _Writers:
         if not self.data_open:
             chunk, file = self.data_loc
             relative = DATA_PATH.format(chunk_index=chunk, file_index=file)
-            path = self.out / relative
+            path = self.data_path = self.out / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             if self.linked_from is not None:
                 link_or_copy(self.linked_from / relative, path)
@@ -369,14 +384,22 @@ class _Writers:
         if self.video is not None:
             if self.video.container is not None:
                 self.video.container.close()
+                self._hash(self.video.path)
             self.video = None
             self.video_loc = _advance(*self.video_loc)
 
     def close(self) -> None:
-        if self.data_writer is not None:
-            self.data_writer.close()
-        if self.video is not None and self.video.container is not None:
-            self.video.container.close()
+        """Close the current files (hashed too); the hashing thread ends once it is done."""
+        try:
+            if self.data_writer is not None:
+                self.data_writer.close()
+                self._hash(self.data_path)
+            if self.video is not None and self.video.container is not None:
+                self.video.container.close()
+                self._hash(self.video.path)
+        finally:
+            self.data_writer, self.video = None, None
+            self.hashing.shutdown(wait=True)
 
 
 def _frames(value: int | None, scale: int, den: int) -> int:
@@ -392,29 +415,30 @@ def _frames(value: int | None, scale: int, den: int) -> int:
 
 def _one(folder: Path, middle: str, suffix: str) -> Path:
     """The one file ``folder/<middle>/*/*<suffix>`` (what a glob of that pattern finds:
-    hidden names left out), listed with two directory reads, not a glob."""
-    found = []
-    top = folder / middle
-    for sub in _entries(top):
-        if sub.name[0] != "." and sub.is_dir():
-            found += [Path(e.path) for e in _entries(Path(sub.path)) if e.name.endswith(suffix)]
+    hidden names left out), listed with two directory reads of plain names, not a glob."""
+    top = os.path.join(folder, middle)
+    found = [
+        os.path.join(top, sub, name)
+        for sub in _names(top)
+        for name in _names(os.path.join(top, sub))
+        if name.endswith(suffix)
+    ]
     if len(found) != 1:
         raise ValueError(f"shard {folder}: expected one {middle}/*/*{suffix}, found {len(found)}")
-    return found[0]
+    return Path(found[0])
 
 
-def _entries(folder: Path) -> list[os.DirEntry]:
-    """The entries of ``folder`` but hidden ones (none when it is not a folder)."""
+def _names(folder: str | Path) -> list[str]:
+    """The names in ``folder`` but hidden ones (none when it is not a folder)."""
     try:
-        with os.scandir(folder) as entries:
-            return [e for e in entries if e.name[0] != "."]
+        return [name for name in os.listdir(folder) if name[0] != "."]
     except (FileNotFoundError, NotADirectoryError):
         return []
 
 
 def _json_names(folder: Path) -> list[str]:
     """Sorted ``*.json`` names in ``folder`` (none when it is missing; hidden left out)."""
-    return sorted(e.name for e in _entries(folder) if e.name.endswith(".json"))
+    return sorted(name for name in _names(folder) if name.endswith(".json"))
 
 
 def _read_parquet(raw: bytes, columns: list[str] | None = None) -> pa.Table:
@@ -597,13 +621,7 @@ def merge_shards(
             task_index = tasks.remap(episode.tasks)[table.column("task_index").to_numpy()]
             table = replaced.apply(episode, table, linked)
             if not linked:
-                for name, values in (
-                    ("episode_index", np.full(n, new_index, dtype=np.int64)),
-                    ("index", offset + np.arange(n, dtype=np.int64)),
-                    ("task_index", task_index),
-                ):
-                    index = table.schema.get_field_index(name)
-                    table = table.set_column(index, name, pa.array(values))
+                table = _renumbered(table, new_index, offset, task_index)
                 if language:
                     for name, column in language_columns(episode.metadata, n).items():
                         table = table.append_column(name, column)
@@ -689,7 +707,7 @@ def merge_shards(
     write_json(
         out / MERGE_FILE, {"data_version": data_version, "episodes": merged, "excluded": excluded}
     )
-    write_receipt(out)
+    write_receipt(out, writers.hashed())
     return MergeResult(m, offset, len(tasks.texts), excluded)
 
 
@@ -736,6 +754,23 @@ class _Replaced:
     def dataset_stats(self) -> dict[str, dict[str, np.ndarray]]:
         """Stats over every row of the dataset (exact quantiles: the values are small)."""
         return {f: nan_column_stats(np.concatenate(v)) for f, v in self.values.items() if v}
+
+
+def _renumbered(table: pa.Table, episode: int, offset: int, task_index: np.ndarray) -> pa.Table:
+    """An episode's rows with its merged ``episode_index``, ``index`` (from ``offset``) and
+    ``task_index``: one new table (``set_column`` validates the whole table each call,
+    30 times the cost)."""
+    n = table.num_rows
+    values = {
+        "episode_index": np.full(n, episode, dtype=np.int64),
+        "index": offset + np.arange(n, dtype=np.int64),
+        "task_index": task_index,
+    }
+    columns = [
+        pa.array(values[f.name]) if f.name in values else table.column(i)
+        for i, f in enumerate(table.schema)
+    ]
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 def _episode_stats(
