@@ -84,14 +84,22 @@ def write_file_atomic(path: Path, data: bytes) -> Path:
 
 def link_or_copy(source: Path, target: Path) -> None:
     """Hard-link the immutable file ``source`` at ``target`` (copied when they are on two
-    file systems); ``target``'s folder is made. Neither is ever written through again."""
+    file systems); ``target``'s folder is made when missing (tried after the link, not
+    before: a release links thousands of files into a few folders). Neither is ever
+    written through again."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        os.link(source, target)
+        try:
+            os.link(source, target)
+        except FileNotFoundError:
+            if not Path(source).exists():
+                raise
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(source, target)
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
+        target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
 
 
