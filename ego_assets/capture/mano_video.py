@@ -98,15 +98,7 @@ def read_mano_video(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajector
             name for ``.npz`` files) and row.
     """
     meta = _read_meta(files)
-    frames = files.read_csv(
-        FRAMES_FILE,
-        ["frame_index", "timestamp_ns"],
-        {"frame_index": pa.int64(), "timestamp_ns": pa.int64()},
-    )
-    frame_index = frames.column("frame_index").to_numpy().astype(np.int64)
-    ts = frames.column("timestamp_ns").to_numpy().astype(np.int64)
-    check_count(files, FRAMES_FILE, "frame_index", frame_index, 0, MAX_FRAME_INDEX, "frame")
-    check_times(files, FRAMES_FILE, "timestamp_ns", ts, EPOCH_NS)
+    frame_index, ts = _read_frames(files)
     t = len(ts)
     probe = probe_video(files, VIDEO_FILE)
     check_frame_rows(files, FRAMES_FILE, t, VIDEO_FILE, probe)
@@ -136,31 +128,9 @@ def read_mano_video(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajector
         probe.media_ref("video", VIDEO_FILE, "video/mp4", frames_stream="video_frames"),
     ]
     if meta.depth_path is not None:
-        depth_h, depth_w = _depth_size(files, meta.depth_path, t)
-        streams.append(
-            make_stream(
-                "depth_frames",
-                "media_frames",
-                ts,
-                start_ns,
-                {"frame_index": frame_index},
-                {"media": "depth", "source_file": FRAMES_FILE},
-            )
-        )
-        media.append(
-            MediaRef(
-                role="depth",
-                path=meta.depth_path,
-                mime="application/x-npz",
-                kind="depth",
-                width=depth_w,
-                height=depth_h,
-                fps=meta.fps,
-                frame_count=t,
-                frames_stream="depth_frames",
-                unit=meta.depth_unit,
-            )
-        )
+        depth_stream, depth_media = _depth(files, meta, meta.depth_path, frame_index, ts)
+        streams.append(depth_stream)
+        media.append(depth_media)
 
     known = {MARKER_FILE, META_FILE, VIDEO_FILE, FRAMES_FILE, MANO_FILE, CAMERA_FILE}
     if meta.depth_path is not None:
@@ -187,6 +157,48 @@ def read_mano_video(files: CaptureFiles, marker: Mapping[str, Any]) -> Trajector
         files=(FileRef("clip_metadata", META_FILE, "application/json"),),
         extra_files=tuple(p for p in files.list_files() if p not in known),
     )
+
+
+def _read_frames(files: CaptureFiles) -> tuple[np.ndarray, np.ndarray]:
+    """`FRAMES_FILE`'s frame indices and timestamps (int64, ns since the epoch), checked."""
+    frames = files.read_csv(
+        FRAMES_FILE,
+        ["frame_index", "timestamp_ns"],
+        {"frame_index": pa.int64(), "timestamp_ns": pa.int64()},
+    )
+    frame_index = frames.column("frame_index").to_numpy().astype(np.int64)
+    ts = frames.column("timestamp_ns").to_numpy().astype(np.int64)
+    check_count(files, FRAMES_FILE, "frame_index", frame_index, 0, MAX_FRAME_INDEX, "frame")
+    check_times(files, FRAMES_FILE, "timestamp_ns", ts, EPOCH_NS)
+    return frame_index, ts
+
+
+def _depth(
+    files: CaptureFiles, meta: _Meta, path: str, frame_index: np.ndarray, ts: np.ndarray
+) -> tuple[Stream, MediaRef]:
+    """The depth maps at ``path`` (one per video frame): their frames stream and media."""
+    depth_h, depth_w = _depth_size(files, path, len(ts))
+    stream = make_stream(
+        "depth_frames",
+        "media_frames",
+        ts,
+        int(ts[0]),
+        {"frame_index": frame_index},
+        {"media": "depth", "source_file": FRAMES_FILE},
+    )
+    media = MediaRef(
+        role="depth",
+        path=path,
+        mime="application/x-npz",
+        kind="depth",
+        width=depth_w,
+        height=depth_h,
+        fps=meta.fps,
+        frame_count=len(ts),
+        frames_stream="depth_frames",
+        unit=meta.depth_unit,
+    )
+    return stream, media
 
 
 def _read_meta(files: CaptureFiles) -> _Meta:
