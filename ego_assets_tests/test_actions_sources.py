@@ -3,6 +3,7 @@ with values recomputed here from the streams or the source files."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import h5py
@@ -17,6 +18,7 @@ from ego_assets.formats.egosmith_lowdim import head_camera
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions, write_episode
 from ego_assets.importers import get_importer
 from ego_assets.importers.core import import_source, open_source
+from ego_assets.releases.derived import SourceNotes
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets.synth.egodex import write_egodex_episode
@@ -87,27 +89,113 @@ def test_egodex_head_frame_wrist_is_the_inverse_camera_times_the_hand(tmp_path):
     }
 
 
-def test_mano_video_head_frame_is_the_camera_of_world_to_camera(synthetic):
+# OpenCV camera axes (x right, y down, looking along +z) -> the head frame's ARKit axes.
+OPENCV_TO_ARKIT = np.diag([1.0, -1.0, -1.0])
+
+
+def test_mano_video_head_frame_is_world_to_camera_turned_into_arkit_axes(synthetic):
     trajectory = synthetic("mano-video")
     table = derive_actions(trajectory, EEF)
     assert table.info["head_stream"] == "video_frames"
-    assert table.info["frame_axes"].startswith("x right, y down, looking along +z")
+    assert table.info["frame_axes"].startswith("x right, y up, looking along -z")
+    assert table.info["head_axes_from"].startswith("video_frames: world_to_camera in OpenCV")
+    assert "C = diag(1, -1, -1)" in table.info["head_axes_from"]
     frames = trajectory.stream("video_frames")
+    assert frames.attrs["camera_axes"] == "opencv"
     w2c = frames.fields["world_to_camera"][_held(frames.timestamp_ns, table.sample_ns)]
     for side in ("left", "right"):
         mano = trajectory.stream(f"mano_{side}")
         rows = _held(mano.timestamp_ns, table.sample_ns)
         wrist = mano.fields["joints"][rows, 0]
-        expected = np.einsum("nij,nj->ni", w2c[:, :3, :3], wrist) + w2c[:, :3, 3]
+        in_camera = np.einsum("nij,nj->ni", w2c[:, :3, :3], wrist) + w2c[:, :3, 3]
+        expected = in_camera @ OPENCV_TO_ARKIT.T  # C p for every row
         ok = table.valid[side]
         assert ok.mean() > 0.9
         assert np.abs(_position(table, side)[ok] - expected[ok]).max() < 1e-6
+        # the wrist rotation: C R_cam R_wrist (R_cam = world -> OpenCV camera)
+        wrist_rotation = Rotation.from_rotvec(mano.fields["global_orient"][rows]).as_matrix()
+        rotation = OPENCV_TO_ARKIT @ w2c[:, :3, :3] @ wrist_rotation
+        six = np.stack([_column(table, f"{side}.eef.rot6d_{k}") for k in range(6)], axis=1)
+        delta = Rotation.from_matrix(rot6d_to_matrix(six[ok])).inv() * Rotation.from_matrix(
+            rotation[ok]
+        )
+        assert np.degrees(delta.magnitude()).max() < 0.01
         tips = mano.fields["joints"][rows][:, list(FINGERTIPS["mano21"])]
         aperture = np.linalg.norm(tips[:, 0] - tips[:, 1], axis=1)
         assert np.abs(_column(table, f"{side}.grasp_aperture")[ok] - aperture[ok]).max() < 1e-6
         assert table.info["hands"][side]["components"]["wrist_rotation"].startswith(
             "exact: MANO global_orient"
         )
+
+
+def test_a_release_mixing_video_and_pose_heads_declares_one_head_frame(synthetic):
+    notes = SourceNotes()
+    for kind in ("mano-video", "holos-visionpro"):
+        notes.add(kind, derive_actions(synthetic(kind), EEF).info)
+    sources = notes.to_json()
+    assert sources["frame_axes"] == [
+        "x right, y up, looking along -z (the ARKit / WebXR camera and viewer axes)"
+    ]
+    assert len(sources["head_axes_from"]) == 2
+    assert any("C = diag(1, -1, -1)" in how for how in sources["head_axes_from"])
+
+
+def _look_at(centre: np.ndarray, target: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """(N, 3, 3) ARKit camera -> world rotations at ``centre`` looking at ``target``:
+    -z towards the target, x = forward × up (right), y = z × x (up)."""
+    forward = target - centre
+    forward /= np.linalg.norm(forward, axis=1, keepdims=True)
+    x = np.cross(forward, up)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    z = -forward
+    return np.stack([x, np.cross(z, x), z], axis=-1)
+
+
+def test_opencv_video_and_arkit_pose_heads_looking_at_a_point_agree_on_z(synthetic):
+    """A mano-video head (OpenCV world_to_camera) and an ARKit-style head pose stream, both
+    at the video camera's centre and looking at the same world point (the right wrist's
+    mean), put the wrist in front of the head at z < 0 in both."""
+    video = synthetic("mano-video")
+    frames = video.stream("video_frames")
+    w2c = frames.fields["world_to_camera"]
+    centre = -np.einsum("nji,nj->ni", w2c[:, :3, :3], w2c[:, :3, 3])  # -R^T t
+    right = video.stream("mano_right")
+    tracked = right.fields["valid_detected"].astype(bool)
+    target = right.fields["joints"][tracked, 0].mean(axis=0)
+    up = np.eye(3)["XYZ".index(video.info.up_axis[-1])] * (-1 if "-" in video.info.up_axis else 1)
+    r_arkit = _look_at(centre, np.broadcast_to(target, centre.shape), up)
+    # the OpenCV camera looking at the same point: +z forward, y down (C turns ARKit into it)
+    looking = np.concatenate([r_arkit @ OPENCV_TO_ARKIT, centre[:, :, None]], axis=2)
+    opencv_w2c = np.tile(np.eye(4), (len(w2c), 1, 1))
+    opencv_w2c[:, :3, :3] = np.swapaxes(looking[:, :, :3], 1, 2)
+    opencv_w2c[:, :3, 3] = -np.einsum("nij,nj->ni", opencv_w2c[:, :3, :3], centre)
+    start = video.info.start_ns
+    opencv_frames = make_stream(
+        frames.name,
+        frames.kind,
+        frames.timestamp_ns,
+        start,
+        {**frames.fields, "world_to_camera": opencv_w2c},
+        frames.attrs,
+    )
+    pose = {
+        "position": centre,
+        "rotation": Rotation.from_matrix(r_arkit).as_quat(),
+        "valid": np.ones(len(centre), bool),
+    }
+    head = make_stream("head", "pose", frames.timestamp_ns, start, pose, {"frame": "world"})
+    others = tuple(s for s in video.streams if s.name != frames.name)
+    with_video = dataclasses.replace(video, streams=(*others, opencv_frames))
+    with_pose = dataclasses.replace(video, streams=(*others, head), media=())
+    a = derive_actions(with_video, EEF, frames.timestamp_ns)
+    b = derive_actions(with_pose, EEF, frames.timestamp_ns)
+    assert a.info["head_stream"] == "video_frames" and b.info["head_stream"] == "head"
+    assert a.info["frame_axes"] == b.info["frame_axes"]
+    ok = a.valid["right"] & b.valid["right"]
+    assert ok.mean() > 0.9
+    z_video, z_pose = _column(a, "right.eef.z")[ok], _column(b, "right.eef.z")[ok]
+    assert (z_video < 0).all() and (z_pose < 0).all()
+    assert np.abs(_position(a, "right")[ok] - _position(b, "right")[ok]).max() < 1e-6
 
 
 def test_vision_landmarks_get_a_derived_rotation_and_say_so(synthetic):

@@ -19,6 +19,7 @@ import webdataset as wds
 from scipy.spatial.transform import Rotation
 
 from ego_assets.actions import ActionSpace, derive_actions
+from ego_assets.actions.sources import HEAD_AXES
 from ego_assets.cli import main
 from ego_assets.releases.build import build_release
 from ego_assets.releases.derived import ceres_sample_ns
@@ -330,6 +331,13 @@ def test_card_and_manifest_state_the_space(eef):
     assert '| frame | "head" |' in card and "| horizon | 1 |" in card
     assert "| gripper_close_m | 0.03 |" in card and "rot6d, the first two columns" in card
     assert "| webxr25 | 4 | wrist_position | exact:" in card
+    # one head-frame convention for the release, whatever each capture's head pose was
+    assert actions["sources"]["frame_axes"] == [HEAD_AXES]
+    axes_lines = [line for line in card.splitlines() if line.startswith("Frame axes:")]
+    assert axes_lines == [f"Frame axes: {HEAD_AXES}."]
+    assert actions["sources"]["head_axes_from"]
+    for how in actions["sources"]["head_axes_from"]:
+        assert f"Head pose from {how}." in card
 
 
 def test_changing_the_space_makes_a_new_version_and_diff_says_so(built_root, tmp_path, capsys):

@@ -10,9 +10,16 @@ Conventions (every packing writes them in its readers' terms; the names carry th
 * **Frames**: ``world`` is the capture's world frame (`CaptureInfo.world_frame`).
   ``head`` is the head/device pose held at the same instant: ``p_head = R_h^T (p - t_h)``
   and ``R_h^T R_wrist``; a stale or missing head pose makes the hand invalid at that
-  sample, never an identity. Hands stored in the device frame (Project Aria MPS) are in
-  the head frame already; they have no world pose without a device trajectory. The
-  frame's axes are in ``info["frame_axes"]``.
+  sample, never an identity. Its axes are one convention whatever the source
+  (`HEAD_AXES`: x right, y up, looking along -z, the ARKit / WebXR camera and viewer
+  axes): a head camera whose ``world_to_camera`` is in OpenCV axes (x right, y down,
+  looking along +z: mano-video, WebXR and EgoSmith videos) is turned into them by the
+  fixed ``C = diag(1, -1, -1)``, ``p_head = C R_h^T (p - t_h)``, ``C R_h^T R_wrist``.
+  The wrist's own axes stay the source's (``components``). Hands stored in the device
+  frame (Project Aria MPS) are kept in it: the MPS files do not state its axes, so it is
+  not turned (``info["frame_axes"]`` says so); they have no world pose without a device
+  trajectory. ``info["frame_axes"]`` states the axes, ``info["head_axes_from"]`` the
+  conversion applied to this capture's head pose.
 * **State per hand**, ``eef_pose_gripper``: ``<hand>.eef.x/y/z`` (m), the rotation as
   ``<hand>.eef.rot6d_0..5`` = (R00, R10, R20, R01, R11, R21), the first column then the
   second column of the wrist -> frame matrix (the wrist's x axis, then its y axis, in
@@ -51,6 +58,7 @@ from scipy.spatial.transform import Rotation
 from ego_assets.actions.sources import (
     ABSENT,
     DEVICE_AXES,
+    HEAD_AXES,
     HEAD_POSE_STREAMS,
     HandSource,
     HeadSource,
@@ -338,9 +346,22 @@ def _frame_axes(space: ActionSpace, head: HeadSource | None, sources) -> str:
         return "wrist frame of each hand (its source's wrist axes, see components)"
     if space.frame == "world":
         return "the capture's world frame (CaptureInfo.world_frame, up_axis, handedness)"
-    if any(s is not None and s.frame == "device" for s in sources):
+    if _in_device(sources):
         return DEVICE_AXES
-    return head.axes if head is not None else "no head pose"
+    return HEAD_AXES if head is not None else "no head pose"
+
+
+def _in_device(sources) -> bool:
+    return any(s is not None and s.frame == "device" for s in sources)
+
+
+def _head_axes_from(space: ActionSpace, head: HeadSource | None, sources) -> str | None:
+    """How this capture's head pose reached `HEAD_AXES` (None: no head frame in use)."""
+    if space.space != "eef_pose_gripper" or space.frame != "head" or head is None:
+        return None
+    if _in_device(sources):
+        return "none: the hands are in the device frame already"
+    return f"{head.stream}: {head.conversion}"
 
 
 def derive_actions(
@@ -468,6 +489,7 @@ def _info(
         "hands": hands,
         "frame": "wrist" if space.space == "fingertips" else space.frame,
         "frame_axes": _frame_axes(space, head, [sources[s] for s in sides]),
+        "head_axes_from": _head_axes_from(space, head, [sources[s] for s in sides]),
         "world_frame": trajectory.info.world_frame,
         "head_stream": head.stream if head is not None else None,
         "rotation": ROT6D_ORDER if space.rotation == "rot6d" else "quaternion xyzw, w >= 0",

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from ego_assets.actions.space import ActionSpaceError
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera, knuckle_frame
 from ego_assets.trajectory.joints import FINGERTIPS, WRIST, joint_map
 from ego_assets.trajectory.model import Trajectory
@@ -37,13 +38,24 @@ from ego_assets.trajectory.streams import HAND_CENTRED_FRAMES, Stream
 
 EXACT, APPROXIMATE, ABSENT = "exact", "approximate", "absent"
 COMPONENTS = ("wrist_position", "wrist_rotation", "fingertips", "grasp_aperture")
-# Head frame axes by where the head pose comes from.
-POSE_AXES = "x right, y up, looking along -z (the ARKit / WebXR device and viewer axes)"
-CAMERA_AXES = {
-    "opencv": "x right, y down, looking along +z (OpenCV camera axes of world_to_camera)",
-    "arkit": "x right, y up, looking along -z (ARKit camera axes of world_to_camera)",
+# The head frame's one convention, whatever the head pose's source (ARKit / WebXR axes).
+HEAD_AXES = "x right, y up, looking along -z (the ARKit / WebXR camera and viewer axes)"
+# C = diag(1, -1, -1): OpenCV camera axes (x right, y down, looking along +z) -> HEAD_AXES.
+OPENCV_TO_HEAD = np.diag([1.0, -1.0, -1.0])
+# world_to_camera axes (the frames stream's ``camera_axes``) -> (camera -> head axes, note).
+CAMERA_TO_HEAD = {
+    "opencv": (
+        OPENCV_TO_HEAD,
+        "world_to_camera in OpenCV axes (x right, y down, looking along +z), turned into "
+        "the head axes by C = diag(1, -1, -1): p = C R^T (p_w - t), R = C R^T R_wrist",
+    ),
+    "arkit": (np.eye(3), "world_to_camera in ARKit camera axes: the head axes, unchanged"),
 }
-DEVICE_AXES = "the device frame the hand streams are stored in (Project Aria MPS device frame)"
+POSE_NOTE = "the ARKit / WebXR device or viewer pose: the head axes, unchanged"
+DEVICE_AXES = (
+    "the Project Aria MPS device frame the hand streams are stored in, unchanged (its "
+    "axes are not stated by the MPS hand-tracking files; it is not turned into the head axes)"
+)
 HEAD_POSE_STREAMS = ("device_pose", "head")
 
 
@@ -83,14 +95,15 @@ class HandSource:
 @dataclass(frozen=True, slots=True)
 class HeadSource:
     """The head/device pose on its own clock: (N, 3) position (m, world), (N, 3, 3)
-    head -> world rotation, (N,) valid, the stream it came from and its axes."""
+    head -> world rotation with the head in `HEAD_AXES` (a camera in OpenCV axes is
+    turned into them), (N,) valid, the stream it came from and how its axes were read."""
 
     stream: str
     timestamp_ns: np.ndarray
     position: np.ndarray
     rotation: np.ndarray
     valid: np.ndarray
-    axes: str
+    conversion: str
 
 
 def _matrices(quat_xyzw: np.ndarray) -> np.ndarray:
@@ -333,7 +346,12 @@ def hand_source(trajectory: Trajectory, side: str) -> HandSource | None:
 
 def head_source(trajectory: Trajectory) -> HeadSource | None:
     """The head pose: a ``pose`` stream ``device_pose`` / ``head``, else the head camera's
-    per-frame ``world_to_camera`` (inverted); None when the capture has neither."""
+    per-frame ``world_to_camera`` (inverted, its axes turned into `HEAD_AXES`); None when
+    the capture has neither.
+
+    Raises:
+        ActionSpaceError: the head camera's ``camera_axes`` attr is missing or unknown.
+    """
     for name in HEAD_POSE_STREAMS:
         if trajectory.has_stream(name) and trajectory.stream(name).kind == "pose":
             s = trajectory.stream(name)
@@ -346,15 +364,23 @@ def head_source(trajectory: Trajectory) -> HeadSource | None:
                 & np.isfinite(rotation).all(axis=(1, 2))
             )
             return HeadSource(
-                name, s.timestamp_ns, s.fields["position"], rotation, valid, POSE_AXES
+                name, s.timestamp_ns, s.fields["position"], rotation, valid, POSE_NOTE
             )
     try:
         frames = head_camera(trajectory).frames
     except NoHeadCameraError:
         return None
+    axes = str(frames.attrs.get("camera_axes", ""))
+    if axes not in CAMERA_TO_HEAD:
+        raise ActionSpaceError(
+            "frame",
+            f"stream {frames.name!r}: attr camera_axes is {axes!r}, expected one of "
+            f"{', '.join(sorted(CAMERA_TO_HEAD))}: the head frame's axes are unknown",
+        )
+    to_head, note = CAMERA_TO_HEAD[axes]
     w2c = frames.fields["world_to_camera"]
-    rotation = np.swapaxes(w2c[:, :3, :3], 1, 2)  # camera -> world
-    position = -(rotation @ w2c[:, :3, 3:])[:, :, 0]
+    camera = np.swapaxes(w2c[:, :3, :3], 1, 2)  # camera -> world
+    position = -(camera @ w2c[:, :3, 3:])[:, :, 0]
+    rotation = camera @ to_head.T  # head -> world, so R^T = C R_camera^T
     valid = np.isfinite(w2c).all(axis=(1, 2))
-    axes = CAMERA_AXES.get(str(frames.attrs.get("camera_axes", "")), "unknown camera axes")
-    return HeadSource(frames.name, frames.timestamp_ns, position, rotation, valid, axes)
+    return HeadSource(frames.name, frames.timestamp_ns, position, rotation, valid, note)

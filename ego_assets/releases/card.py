@@ -96,7 +96,9 @@ def _actions_section(actions: dict[str, Any]) -> list[str]:
     ]
     sources = actions.get("sources", {})
     for axes in sources.get("frame_axes", []):
-        lines.append(f"Head frame axes: {axes}.")
+        lines.append(f"Frame axes: {axes}.")
+    for how in sources.get("head_axes_from", []):
+        lines.append(f"Head pose from {how}.")
     if sources.get("joint_sets"):
         lines += ["", "| joint set | hands | component | how |", "|---|---:|---|---|"]
         for name, entry in sources["joint_sets"].items():

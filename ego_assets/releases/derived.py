@@ -199,7 +199,8 @@ def describe_json(space: ActionSpace, table: ActionTable | None = None) -> dict[
 class SourceNotes:
     """What the episodes' joint sets give of the declared space: joint set -> component
     -> the derivation's note (``exact: ...``, ``approximate: ...``, ``absent: ...``) and
-    how many episode hands had it; the head frames' axes. Packing threads add to one."""
+    how many episode hands had it; the frames' axes and how each head pose reached
+    them. Packing threads add to one."""
 
     def __init__(self) -> None:
         import threading
@@ -208,12 +209,15 @@ class SourceNotes:
         self._seen: set[tuple[str, str]] = set()
         self.sets: dict[str, dict[str, Any]] = {}
         self.frame_axes: set[str] = set()
+        self.head_axes_from: set[str] = set()
 
     def add(self, key: str, info: Mapping[str, Any]) -> None:
         """The `ActionTable.info` of capture ``key`` (each capture counted once)."""
         with self._lock:
             if info.get("frame_axes"):
                 self.frame_axes.add(str(info["frame_axes"]))
+            if info.get("head_axes_from"):
+                self.head_axes_from.add(str(info["head_axes_from"]))
             for side, hand in info.get("hands", {}).items():
                 if (key, side) in self._seen:
                     continue
@@ -228,6 +232,7 @@ class SourceNotes:
         """Add a `to_json` made elsewhere (the WebDataset packing's own process)."""
         with self._lock:
             self.frame_axes.update(other.get("frame_axes", []))
+            self.head_axes_from.update(other.get("head_axes_from", []))
             for name, entry in other.get("joint_sets", {}).items():
                 mine = self.sets.setdefault(name, {"hands": 0, "components": {}})
                 mine["hands"] = max(mine["hands"], entry["hands"])
@@ -237,4 +242,5 @@ class SourceNotes:
         return {
             "joint_sets": {k: self.sets[k] for k in sorted(self.sets)},
             "frame_axes": sorted(self.frame_axes),
+            "head_axes_from": sorted(self.head_axes_from),
         }
