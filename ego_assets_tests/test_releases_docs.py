@@ -110,6 +110,13 @@ def _last_line(python: Path, name: str, cwd: Path, tmp_path: Path) -> str:
     return run_recipe(python, ["-c", code], cwd=cwd, env=venv_env(hf_home=tmp_path), timeout_s=900)
 
 
+def _train_demos(version: Path) -> tuple[list[str], int]:
+    """The robomimic packing's train-mask demos of a release version, and their samples."""
+    with h5py.File(version / "robomimic" / "release.hdf5") as f:
+        demos = [n.decode() for n in f["mask/train"][:]]
+        return demos, sum(int(f[f"data/{d}"].attrs["num_samples"]) for d in demos)
+
+
 def test_webdataset_block(release, root, tmp_path):
     index = json.loads((release.path / "webdataset" / "index.json").read_text())
     line = _last_line(Path(sys.executable), "webdataset", root, tmp_path)
@@ -119,10 +126,8 @@ def test_webdataset_block(release, root, tmp_path):
 
 @pytest.mark.skipif(not ROBOMIMIC_PYTHON.exists(), reason="no robomimic virtualenv")
 def test_robomimic_block(release, root, tmp_path):
-    with h5py.File(release.path / "robomimic" / "release.hdf5") as f:
-        demos = [n.decode() for n in f["mask/train"][:]]
-        # seq_length 10 with robomimic's default padding: one sequence per sample
-        samples = sum(int(f[f"data/{d}"].attrs["num_samples"]) for d in demos)
+    # seq_length 10 with robomimic's default padding: one sequence per sample
+    demos, samples = _train_demos(release.path)
     line = _last_line(ROBOMIMIC_PYTHON, "robomimic", root, tmp_path)
     assert line == f"train sequences: {samples} demos: {len(demos)}"
 
@@ -162,9 +167,7 @@ def test_lerobot_train_block_loss_goes_down(hands, root, tmp_path):
 
 @pytest.mark.skipif(not ROBOMIMIC_PYTHON.exists(), reason="no robomimic virtualenv")
 def test_robomimic_train_block_runs_an_epoch(hands, root, tmp_path):
-    with h5py.File(hands.path / "robomimic" / "release.hdf5") as f:
-        demos = [n.decode() for n in f["mask/train"][:]]
-        samples = sum(int(f[f"data/{d}"].attrs["num_samples"]) for d in demos)
+    demos, samples = _train_demos(hands.path)
     log = _run(ROBOMIMIC_PYTHON, "robomimic_train", root, tmp_path)
     assert log.rstrip().endswith("finished run successfully!"), log[-3000:]
     # the dataset robomimic built: every sample of the train mask's demos, one sequence each
