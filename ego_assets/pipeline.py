@@ -36,6 +36,7 @@ from ego_assets.quality.report import REPORT_VERSION
 from ego_assets.quality.thresholds import default_thresholds
 from ego_assets.quality.waivers import read_waivers, waivers_digest, waivers_for
 from ego_assets.storage import QUARANTINE_DIR, Storage, is_local, write_file
+from ego_assets.trajectory.model import Trajectory
 from ego_assets.trajectory.store import (
     CAPTURE_JSON,
     STORE_LAYOUT,
@@ -116,6 +117,7 @@ def normalize(storage: Storage, key: str) -> StepResult:
         trajectory = read_capture(key, capture_dir)
     with storage.write_dir("trajectory", key, index_file=LINEAGE_FILE) as stage:
         tables = write_trajectory_files(trajectory, stage)
+        _write_action_sources(trajectory, stage)
         lineage = {
             "data_version": version,
             "raw_content_sha256": manifest.content_sha256,
@@ -127,6 +129,20 @@ def normalize(storage: Storage, key: str) -> StepResult:
     if is_local(published):  # the next step in this process (quality) reads it from memory
         remember_written(Path(published.path), tables)
     return StepResult(key, version, False, _trajectory_figures(header))
+
+
+def _write_action_sources(trajectory: Trajectory, stage: Path) -> None:
+    """``action_sources.arrow`` beside the streams: what a release's declared action space
+    reads of them, once (`ego_assets.actions.stored`). A trajectory whose hands the
+    derivation cannot read gets none: a release reads its streams and says why."""
+    from ego_assets.actions.sources import action_sources
+    from ego_assets.actions.stored import write_sources
+
+    try:
+        sources = action_sources(trajectory)
+    except (KeyError, ValueError):
+        return
+    write_sources(sources, stage)
 
 
 def _trajectory_figures(header: dict) -> dict[str, float | int | str]:

@@ -122,7 +122,7 @@ ROOMS: dict[str, set[str]] = {
     "capture_sets": {"exports.registry", "keys"},
     "quality": {"exports.registry", "fileio", "keys", "storage", "trajectory"},
     "viewer": {"fileio", "quality", "storage", "trajectory"},
-    "pipeline": {"capture", "quality", "storage", "trajectory", "viewer"},
+    "pipeline": {"actions", "capture", "quality", "storage", "trajectory", "viewer"},
     "catalog": {
         "capture", "exports.registry", "fileio", "keys", "pipeline", "quality", "storage",
         "trajectory",

@@ -132,9 +132,10 @@ def test_lerobot_state_and_action_are_the_derived_vectors_of_each_frame(eef, bui
         start, end = meta["dataset_from_index"], meta["dataset_to_index"]
         mine = rows.slice(start, end - start)
         trajectory = _trajectory(built_root, key)
-        slots = (
-            trajectory.stream("recorder_slots") if trajectory.has_stream("recorder_slots") else None
-        )
+        slots = None
+        if trajectory.has_stream("recorder_slots"):
+            stream = trajectory.stream("recorder_slots")
+            slots = (stream.fields["slot_index"], stream.timestamp_ns)
         ns = ceres_sample_ns(trajectory.info.start_ns, slots, mine)
         table = derive_actions(trajectory, SPACE, ns)
         state = np.array(mine.column("observation.state").to_pylist())

@@ -60,8 +60,10 @@ from ego_assets.actions.sources import (
     DEVICE_AXES,
     HEAD_AXES,
     HEAD_POSE_STREAMS,
+    ActionSources,
     HandSource,
     HeadSource,
+    action_sources,
     hand_source,
     head_source,
 )
@@ -314,15 +316,14 @@ def _relative_steps(
     return np.concatenate([dp, rotation, state[ahead][:, :, -2:]], axis=2)
 
 
-def _dominant(trajectory: Trajectory, sources: Mapping[str, HandSource | None], sample_ns):
+def _dominant(sources: ActionSources, sample_ns: np.ndarray) -> tuple[str, str]:
     """The dominant side and the rule that chose it."""
-    for c in trajectory.info.characteristics:
-        known = c.status == "known" and c.value in ("left", "right")
-        if known and c.name in ("dominant_hand", "handedness_of_demonstrator"):
-            return str(c.value), f"capture characteristic {c.name} = {c.value!r}"
+    if sources.dominant is not None:
+        name, value = sources.dominant
+        return value, f"capture characteristic {name} = {value!r}"
     counts = {}
     for side in ("right", "left"):
-        src = sources[side]
+        src = sources.hands[side]
         if src is None:
             counts[side] = 0
             continue
@@ -381,29 +382,54 @@ def derive_actions(
             cannot give the declared frame (no head pose; device-frame hands and
             ``frame = "world"``; only hand-centred positions for ``eef_pose_gripper``).
     """
+    _check_derived(space)
+    clock = "the packing's frame clock"
+    if sample_ns is None:
+        try:
+            sample_ns, clock = demo_clock(trajectory, space.fps)
+        except ActionSpaceError as exc:
+            raise _naming(trajectory.info.capture_id, exc) from None
+    return _named(action_sources(trajectory), space, np.asarray(sample_ns, np.int64), clock)
+
+
+def derive_from_sources(
+    sources: ActionSources, space: ActionSpace, sample_ns: np.ndarray
+) -> ActionTable:
+    """`derive_actions` from the trajectory's `ActionSources` (read once, or stored beside
+    the trajectory) on the packing's clock ``sample_ns`` (source-clock ns, sorted): the
+    same table, bit for bit."""
+    _check_derived(space)
+    return _named(sources, space, np.asarray(sample_ns, np.int64), "the packing's frame clock")
+
+
+def _check_derived(space: ActionSpace) -> None:
     if not space.derived:
         raise ActionSpaceError("space", "'source' keeps each packing's own vectors: no derivation")
+
+
+def _named(
+    sources: ActionSources, space: ActionSpace, sample_ns: np.ndarray, clock: str
+) -> ActionTable:
+    """`_derive`, its refusals naming the capture (the setting it cannot give)."""
     try:
-        return _derive(trajectory, space, sample_ns)
-    except ActionSpaceError as exc:  # the setting this capture cannot give, naming it
-        raise ActionSpaceError(
-            exc.key, f"capture {trajectory.info.capture_id!r}: {exc.message}"
-        ) from None
+        return _derive(sources, space, sample_ns, clock)
+    except ActionSpaceError as exc:
+        raise _naming(sources.capture_id, exc) from None
+
+
+def _naming(capture_id: str, exc: ActionSpaceError) -> ActionSpaceError:
+    return ActionSpaceError(exc.key, f"capture {capture_id!r}: {exc.message}")
 
 
 def _derive(
-    trajectory: Trajectory, space: ActionSpace, sample_ns: np.ndarray | None
+    sources: ActionSources, space: ActionSpace, sample_ns: np.ndarray, clock: str
 ) -> ActionTable:
-    if sample_ns is None:
-        sample_ns, clock = demo_clock(trajectory, space.fps)
-    else:
-        sample_ns, clock = np.asarray(sample_ns, np.int64), "the packing's frame clock"
     n = len(sample_ns)
-    sources = {side: hand_source(trajectory, side) for side in ("left", "right")}
-    head = head_source(trajectory) if space.space == "eef_pose_gripper" else None
+    hand_sources = sources.hands
+    head = sources.head_for_frames() if space.space == "eef_pose_gripper" else None
     info: dict[str, Any] = {}
     if space.hands == "dominant":
-        side, rule = _dominant(trajectory, sources, sample_ns)
+        side, rule = _dominant(sources, sample_ns)
         picked = [("dominant", side)]
         info["dominant"] = {"hand": side, "rule": rule}
     elif space.hands == "both":
@@ -412,7 +438,7 @@ def _derive(
         picked = [(space.hands, space.hands)]
     hands = []
     for name, side in picked:
-        src = sources[side]
+        src = hand_sources[side]
         hands.append(
             _absent_hand(name, n)
             if src is None
@@ -425,7 +451,7 @@ def _derive(
     for (_, side), h in zip(picked, hands, strict=True):
         valid.setdefault(side, h.valid)
     valid["action"] = action_ok
-    info.update(_info(trajectory, space, sources, head, [s for _, s in picked], clock))
+    info.update(_info(sources, space, head, [s for _, s in picked], clock))
     return ActionTable(
         sample_ns=sample_ns,
         state=state.astype(np.float32),
@@ -460,13 +486,13 @@ def _actions(
 
 
 def _info(
-    trajectory: Trajectory,
+    action_sources: ActionSources,
     space: ActionSpace,
-    sources: Mapping[str, HandSource | None],
     head: HeadSource | None,
     sides: list[str],
     clock: str,
 ) -> dict[str, Any]:
+    sources = action_sources.hands
     hands: dict[str, Any] = {}
     for side in sides:
         src = sources[side]
@@ -485,12 +511,12 @@ def _info(
             }
     return {
         "space": space.to_json(),
-        "capture_id": trajectory.info.capture_id,
+        "capture_id": action_sources.capture_id,
         "hands": hands,
         "frame": "wrist" if space.space == "fingertips" else space.frame,
         "frame_axes": _frame_axes(space, head, [sources[s] for s in sides]),
         "head_axes_from": _head_axes_from(space, head, [sources[s] for s in sides]),
-        "world_frame": trajectory.info.world_frame,
+        "world_frame": action_sources.world_frame,
         "head_stream": head.stream if head is not None else None,
         "rotation": ROT6D_ORDER if space.rotation == "rot6d" else "quaternion xyzw, w >= 0",
         "gripper": {

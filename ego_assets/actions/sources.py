@@ -384,3 +384,77 @@ def head_source(trajectory: Trajectory) -> HeadSource | None:
     rotation = camera @ to_head.T  # head -> world, so R^T = C R_camera^T
     valid = np.isfinite(w2c).all(axis=(1, 2))
     return HeadSource(frames.name, frames.timestamp_ns, position, rotation, valid, note)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSources:
+    """What a derivation reads of one trajectory, on no clock yet: each hand's
+    `HandSource` (None: no stream of that side), the head pose, and the few capture facts
+    the state and its description use. `derive.derive_from_sources` puts it on a clock.
+
+    Attributes:
+        capture_id, start_ns, world_frame: from `CaptureInfo`.
+        dominant: (characteristic name, ``left``/``right``) when the capture says which
+            hand is dominant, else None.
+        hands: ``left``/``right`` -> `HandSource` or None.
+        head: the head pose, or None (no pose stream, no head camera; or ``head_error``).
+        head_error: why the head camera's axes are unknown (`head_source` refused it), or
+            None; raised as ``frame`` only by a space that needs the head.
+        recorder_slots: (slot_index, timestamp_ns) int64 of a ``recorder_slots`` stream
+            (a CERES row's slot -> source clock), or None.
+    """
+
+    capture_id: str
+    start_ns: int
+    world_frame: str
+    dominant: tuple[str, str] | None
+    hands: Mapping[str, HandSource | None]
+    head: HeadSource | None
+    head_error: str | None = None
+    recorder_slots: tuple[np.ndarray, np.ndarray] | None = None
+
+    def head_for_frames(self) -> HeadSource | None:
+        """The head pose for a space that needs it (ActionSpaceError when its axes are
+        unknown)."""
+        if self.head_error is not None:
+            raise ActionSpaceError("frame", self.head_error)
+        return self.head
+
+
+DOMINANT_CHARACTERISTICS = ("dominant_hand", "handedness_of_demonstrator")
+
+
+def action_sources(trajectory: Trajectory) -> ActionSources:
+    """The `ActionSources` of ``trajectory`` (every hand and head stream read once)."""
+    dominant = next(
+        (
+            (c.name, str(c.value))
+            for c in trajectory.info.characteristics
+            if c.status == "known"
+            and c.value in ("left", "right")
+            and c.name in DOMINANT_CHARACTERISTICS
+        ),
+        None,
+    )
+    head_error = None
+    try:
+        head = head_source(trajectory)
+    except ActionSpaceError as exc:
+        head, head_error = None, exc.message
+    slots = None
+    if trajectory.has_stream("recorder_slots"):
+        stream = trajectory.stream("recorder_slots")
+        slots = (
+            np.asarray(stream.fields["slot_index"], dtype=np.int64),
+            np.asarray(stream.timestamp_ns, dtype=np.int64),
+        )
+    return ActionSources(
+        capture_id=trajectory.info.capture_id,
+        start_ns=int(trajectory.info.start_ns),
+        world_frame=trajectory.info.world_frame,
+        dominant=dominant,
+        hands={side: hand_source(trajectory, side) for side in ("left", "right")},
+        head=head,
+        head_error=head_error,
+        recorder_slots=slots,
+    )

@@ -7,6 +7,8 @@ and its result (or its exception) go through pickle files that this module write
 reads itself, in a temporary folder of its own. A fresh interpreter, not
 `multiprocessing`: its spawn would import the caller's ``__main__`` again, and its fork
 would copy the locks of whatever threads the caller runs (a Dagster run worker has some).
+The process's derivation CPU seconds (`derived.derivation_cpu_s`) come back with the
+answer and are added to this process's count.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from ego_assets.releases.derived import add_derivation_cpu_s, derivation_cpu_s
 
 REQUEST, ANSWER = "request.pickle", "answer.pickle"
 
@@ -43,7 +47,8 @@ def run_apart(function: Callable[..., Any], *args: Any) -> Any:
                 f"{function.__module__}.{function.__qualname__} in its own process: exit "
                 f"{done.returncode} without an answer: {done.stderr.strip()[-2000:]}"
             )
-        ok, value = pickle.loads(answer.read_bytes())  # written by main() below, nothing else
+        ok, value, spent = pickle.loads(answer.read_bytes())  # written by main() below only
+    add_derivation_cpu_s(spent)
     if not ok:
         raise value
     return value
@@ -51,7 +56,7 @@ def run_apart(function: Callable[..., Any], *args: Any) -> Any:
 
 def main(argv: Sequence[str]) -> int:
     """The process's side: read the call from ``argv[0]``/request.pickle, run it, write
-    (True, result) or (False, exception) to answer.pickle."""
+    (True, result) or (False, exception) to answer.pickle, with its derivation seconds."""
     folder = Path(argv[0])
     module, name, args = pickle.loads((folder / REQUEST).read_bytes())
     function: Any = importlib.import_module(module)
@@ -61,7 +66,8 @@ def main(argv: Sequence[str]) -> int:
         outcome: tuple[bool, Any] = (True, function(*args))
     except Exception as exc:
         outcome = (False, exc)
-    (folder / ANSWER).write_bytes(pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+    answer = (*outcome, derivation_cpu_s())
+    (folder / ANSWER).write_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
     return 0
 
 

@@ -4,8 +4,12 @@ With ``[actions] space`` other than ``source``, every packing writes the state a
 action vectors of `ego_assets.actions.derive_actions` on its own frames' timestamps
 (source-clock ns): LeRobot on the CERES shard's rows, robomimic on the Holos demo's
 ``timestamp_ns``, WebDataset on each EgoSmith sample's ``timestamp_ns``. Only the
-trajectory store is read (``trajectory/<key>/``: ``capture.json`` and the streams the
-derivation uses: poses, hands, camera frame poses, recorder slots), never a capture.
+trajectory store is read, never a capture: ``trajectory/<key>/action_sources.arrow``
+(`ego_assets.actions.stored`, written by the normalize step: the hands, the head and the
+recorder slots, read once), or where it is missing or of another version, ``capture.json``
+and the streams the derivation uses (poses, hands, camera frame poses, recorder slots).
+The CPU seconds spent reading and deriving are counted (`derivation_cpu_s`, processes of
+`run_apart` included): what ``bench release`` reports as ``actions_share``.
 
 How a CERES row maps to the source clock: a recorder-slot capture's row is a slot
 (``ceres.source_frame_index`` = the ``recorder_slots`` stream's ``slot_index``, whose
@@ -16,6 +20,8 @@ the capture start (``start_ns + round(seconds * 1e9)``).
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ego_assets.actions import ActionSpace, ActionSpaceError, ActionTable, derive_actions
+from ego_assets.actions import ActionSpace, ActionSpaceError, ActionTable
+from ego_assets.actions.derive import derive_from_sources
+from ego_assets.actions.sources import ActionSources, action_sources
+from ego_assets.actions.stored import read_sources
 from ego_assets.fileio import json_loads
 from ego_assets.storage import Storage
 from ego_assets.trajectory.model import CaptureInfo, MediaRef, Trajectory
@@ -86,6 +95,60 @@ def load_trajectory(root: Path, key: str, slots: bool = False) -> Trajectory:
         raise ActionsError(f"capture {key}: trajectory {folder}: {exc}") from None
 
 
+def load_sources(root: Path, key: str) -> ActionSources:
+    """``key``'s `ActionSources`: its ``action_sources.arrow``, else (missing, another
+    version) read from its streams (`load_trajectory`)."""
+    try:
+        stored = read_sources(trajectory_folder(root, key))
+    except FileNotFoundError:
+        stored = None
+    except OSError as exc:
+        raise ActionsError(f"capture {key}: {exc}") from None
+    if stored is not None:
+        return stored
+    trajectory = load_trajectory(root, key, slots=True)
+    try:
+        return action_sources(trajectory)
+    except (KeyError, ValueError) as exc:
+        raise _refused(root, key, ValueError(str(exc))) from None
+
+
+_spent_lock = threading.Lock()
+_spent = [0.0]
+
+
+def derivation_cpu_s() -> float:
+    """CPU seconds this process (and the `run_apart` processes it waited for) spent in
+    `derive` and `LeRobotActions.columns`: reading the sources and deriving."""
+    with _spent_lock:
+        return _spent[0]
+
+
+def add_derivation_cpu_s(seconds: float) -> None:
+    """Count ``seconds`` of derivation (a `run_apart` process's own count)."""
+    with _spent_lock:
+        _spent[0] += seconds
+
+
+def _derived(
+    root: Path, key: str, space: ActionSpace, clock: Any, notes: SourceNotes | None
+) -> ActionTable:
+    """``key``'s table on ``clock(sources)`` (ns), refusals naming the capture; its
+    thread's CPU time counted."""
+    started = time.thread_time()
+    try:
+        sources = load_sources(root, key)
+        try:
+            table = derive_from_sources(sources, space, clock(sources))
+        except ValueError as exc:
+            raise _refused(root, key, exc) from None
+    finally:
+        add_derivation_cpu_s(time.thread_time() - started)
+    if notes is not None:
+        notes.add(key, table.info)
+    return table
+
+
 def derive(
     root: Path,
     key: str,
@@ -93,16 +156,10 @@ def derive(
     sample_ns: np.ndarray,
     notes: SourceNotes | None = None,
 ) -> ActionTable:
-    """`derive_actions` of ``key``'s trajectory on ``sample_ns`` (ActionsError naming
-    the capture when it cannot give the declared space); its sources go to ``notes``."""
-    trajectory = load_trajectory(root, key)
-    try:
-        table = derive_actions(trajectory, space, np.asarray(sample_ns, dtype=np.int64))
-    except ValueError as exc:
-        raise _refused(root, key, exc) from None
-    if notes is not None:
-        notes.add(key, table.info)
-    return table
+    """`derive_from_sources` of ``key`` on ``sample_ns`` (ActionsError naming the capture
+    when it cannot give the declared space); its sources go to ``notes``."""
+    ns = np.asarray(sample_ns, dtype=np.int64)
+    return _derived(root, key, space, lambda _: ns, notes)
 
 
 def _refused(root: Path, key: str, exc: ValueError) -> ActionsError:
@@ -115,17 +172,19 @@ def _refused(root: Path, key: str, exc: ValueError) -> ActionsError:
     return ActionsError(f"capture {key}: {trajectory_folder(root, key)}: {what}")
 
 
-def ceres_sample_ns(trajectory_start_ns: int, slots: Any, rows: pa.Table) -> np.ndarray:
+def ceres_sample_ns(
+    trajectory_start_ns: int, slots: tuple[np.ndarray, np.ndarray] | None, rows: pa.Table
+) -> np.ndarray:
     """Source-clock ns of CERES rows (see the module docstring); ``slots``: the
-    ``recorder_slots`` stream or None."""
+    ``recorder_slots`` stream's (slot_index, timestamp_ns), or None."""
     if slots is not None:
         index = rows.column("ceres.source_frame_index").to_numpy()
-        slot = np.asarray(slots.fields["slot_index"], dtype=np.int64)
+        slot = np.asarray(slots[0], dtype=np.int64)
         order = np.argsort(slot, kind="stable")
         at = np.clip(np.searchsorted(slot[order], index), 0, len(slot) - 1)
         if not (slot[order][at] == index).all():
             raise ValueError("a row's slot is not in recorder_slots")
-        return np.asarray(slots.timestamp_ns, dtype=np.int64)[order][at]
+        return np.asarray(slots[1], dtype=np.int64)[order][at]
     seconds = rows.column("ceres.source_timestamp").to_numpy()
     return trajectory_start_ns + np.round(seconds * 1e9).astype(np.int64)
 
@@ -155,17 +214,11 @@ class LeRobotActions:
 
     def columns(self, metadata: dict[str, Any], rows: pa.Table) -> Mapping[str, np.ndarray]:
         key = metadata["episode"]["capture_key"]
-        trajectory = load_trajectory(self.root, key, slots=True)
-        slots = (
-            trajectory.stream("recorder_slots") if trajectory.has_stream("recorder_slots") else None
-        )
-        try:
-            sample_ns = ceres_sample_ns(trajectory.info.start_ns, slots, rows)
-            table = derive_actions(trajectory, self.space, sample_ns)
-        except ValueError as exc:
-            raise _refused(self.root, key, exc) from None
-        if self.notes is not None:
-            self.notes.add(key, table.info)
+
+        def clock(sources: ActionSources) -> np.ndarray:
+            return ceres_sample_ns(sources.start_ns, sources.recorder_slots, rows)
+
+        table = _derived(self.root, key, self.space, clock, self.notes)
         return {STATE_FEATURE: table.state, ACTION_FEATURE: table.action}
 
 

@@ -1,0 +1,154 @@
+"""`ActionSources` kept beside the trajectory: ``trajectory/<key>/action_sources.arrow``.
+
+A release with a declared action space derives each episode three times (one clock per
+packing), often in three processes. Reading the hand and head streams each time costs
+several Parquet files and the joint-set work an episode; the normalize step writes what
+that work gives (`action_sources`) once, as one Arrow IPC file: one row, one binary
+column per array (its bytes, C order), the dtypes and shapes and every other field in the
+schema's metadata as JSON, with the SHA-256 of the ``capture.json`` it was derived with.
+`read_sources` gives the same `ActionSources`, array for array, or None when the file was
+written by another `SOURCES_VERSION` or beside another ``capture.json`` (the caller reads
+the streams then). The file is derived data: the trajectory's data version does not
+cover it and no export reads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ego_assets.actions.sources import ActionSources, HandSource, HeadSource
+
+SOURCES_FILE = "action_sources.arrow"
+HEADER_FILE = "capture.json"  # the trajectory store's header, beside it
+# bump when `action_sources` gives other values or this layout changes
+SOURCES_VERSION = "action-sources-1"
+_HAND_ARRAYS = ("timestamp_ns", "tracked", "wrist", "rotation", "tips")
+_HEAD_ARRAYS = ("timestamp_ns", "position", "rotation", "valid")
+
+
+def _header_sha256(folder: Path) -> str:
+    return hashlib.sha256((Path(folder) / HEADER_FILE).read_bytes()).hexdigest()
+
+
+def sources_table(sources: ActionSources, header_sha256: str) -> pa.Table:
+    """The one-row Arrow table of ``sources`` (module docstring)."""
+    arrays: dict[str, np.ndarray] = {}
+    hands: dict[str, Any] = {}
+    for side, hand in sources.hands.items():
+        if hand is None:
+            hands[side] = None
+            continue
+        hands[side] = {
+            "streams": list(hand.streams),
+            "joint_set": hand.joint_set,
+            "frame": hand.frame,
+            "components": dict(hand.components),
+        }
+        for name in _HAND_ARRAYS:
+            value = getattr(hand, name)
+            if value is not None:
+                arrays[f"{side}.{name}"] = value
+    head = None
+    if sources.head is not None:
+        head = {"stream": sources.head.stream, "conversion": sources.head.conversion}
+        for name in _HEAD_ARRAYS:
+            arrays[f"head.{name}"] = getattr(sources.head, name)
+    if sources.recorder_slots is not None:
+        arrays["slots.slot_index"], arrays["slots.timestamp_ns"] = sources.recorder_slots
+    meta = {
+        "version": SOURCES_VERSION,
+        "capture_json_sha256": header_sha256,
+        "capture_id": sources.capture_id,
+        "start_ns": sources.start_ns,
+        "world_frame": sources.world_frame,
+        "dominant": list(sources.dominant) if sources.dominant else None,
+        "head_error": sources.head_error,
+        "hands": hands,
+        "head": head,
+        "arrays": {k: [np.asarray(v).dtype.str, list(np.shape(v))] for k, v in arrays.items()},
+    }
+    columns = [pa.array([np.ascontiguousarray(v).tobytes()], pa.binary()) for v in arrays.values()]
+    schema = pa.schema(
+        [pa.field(k, pa.binary()) for k in arrays], metadata={"sources": json.dumps(meta)}
+    )
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def write_sources(sources: ActionSources, folder: Path) -> Path:
+    """Write ``sources`` to ``folder/action_sources.arrow``, beside the ``capture.json``
+    it was derived with (inside a folder published atomically, as the trajectory's stage
+    is)."""
+    path = Path(folder) / SOURCES_FILE
+    table = sources_table(sources, _header_sha256(folder))
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return path
+
+
+def read_sources(folder: Path) -> ActionSources | None:
+    """The `ActionSources` in ``folder/action_sources.arrow``; None when it was written by
+    another `SOURCES_VERSION` or beside another ``capture.json``. OSError when it cannot
+    be read (missing: FileNotFoundError)."""
+    path = Path(folder) / SOURCES_FILE
+    data = path.read_bytes()
+    try:
+        reader = pa.ipc.open_file(pa.BufferReader(data))
+        meta = json.loads(reader.schema.metadata[b"sources"])
+        if meta.get("version") != SOURCES_VERSION:
+            return None
+        if meta.get("capture_json_sha256") != _header_sha256(folder):
+            return None
+        columns = reader.get_batch(0).columns if reader.num_record_batches else []
+    except (pa.ArrowInvalid, KeyError, ValueError) as exc:
+        raise OSError(f"{path}: not an action sources file ({exc})") from None
+    arrays = {
+        name: np.frombuffer(column[0].as_buffer(), dtype=np.dtype(dtype)).reshape(shape)
+        for column, (name, (dtype, shape)) in zip(columns, meta["arrays"].items(), strict=True)
+    }
+    hands = {side: _hand(side, entry, arrays) for side, entry in meta["hands"].items()}
+    head = None
+    if meta["head"] is not None:
+        head = HeadSource(
+            stream=meta["head"]["stream"],
+            conversion=meta["head"]["conversion"],
+            **{name: arrays[f"head.{name}"] for name in _HEAD_ARRAYS},
+        )
+    slots = None
+    if "slots.slot_index" in arrays:
+        slots = (arrays["slots.slot_index"], arrays["slots.timestamp_ns"])
+    return ActionSources(
+        capture_id=meta["capture_id"],
+        start_ns=int(meta["start_ns"]),
+        world_frame=meta["world_frame"],
+        dominant=(meta["dominant"][0], meta["dominant"][1]) if meta["dominant"] else None,
+        hands=hands,
+        head=head,
+        head_error=meta["head_error"],
+        recorder_slots=slots,
+    )
+
+
+def _hand(
+    side: str, entry: Mapping[str, Any] | None, arrays: dict[str, np.ndarray]
+) -> HandSource | None:
+    if entry is None:
+        return None
+    return HandSource(
+        side=side,
+        streams=tuple(entry["streams"]),
+        joint_set=entry["joint_set"],
+        frame=entry["frame"],
+        components=dict(entry["components"]),
+        timestamp_ns=arrays[f"{side}.timestamp_ns"],
+        tracked=arrays[f"{side}.tracked"],
+        wrist=arrays[f"{side}.wrist"],
+        rotation=arrays.get(f"{side}.rotation"),
+        tips=arrays.get(f"{side}.tips"),
+    )
