@@ -140,8 +140,8 @@ ROOMS: dict[str, set[str]] = {
     "definitions": {"catalog_definitions", "defs", "exports.registry"},
     "catalog_definitions": {"definitions", "defs"},
     "releases": {
-        "actions", "catalog", "exports", "exports.registry", "fileio", "formats", "storage",
-        "trajectory",
+        "actions", "catalog", "exports", "exports.registry", "fileio", "formats", "keys",
+        "storage", "trajectory",
     },
     "demo_report": {"catalog", "exports.registry", "pipeline", "quality", "storage", "trajectory"},
     "dagster_compat": set(),

@@ -7,6 +7,7 @@ packing, the card and ``release.json`` read the same object. A bad key or value 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -138,20 +139,11 @@ class ActionSpace:
 
     def state_names(self) -> tuple[str, ...]:
         """Names of the state's S components (the same for every episode); () for source."""
-        if not self.derived:
-            return ()
-        return tuple(n for prefix in self.hand_prefixes for n in self.hand_names(prefix))
+        return _state_names(self)
 
     def action_names(self) -> tuple[str, ...]:
         """Names of the action's H * W components, step-major: ``t+<k>.<component>``."""
-        if not self.derived:
-            return ()
-        return tuple(
-            f"t+{k}.{n}"
-            for k in range(1, self.horizon + 1)
-            for prefix in self.hand_prefixes
-            for n in self.hand_names(prefix, relative=self.relative)
-        )
+        return _action_names(self)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (release.json, the card, the inputs hash); every key, fixed order."""
@@ -172,3 +164,22 @@ class ActionSpace:
         kind = "relative to the wrist at t" if self.relative else "absolute"
         clock = f"{self.fps:g} Hz" if self.fps is not None else "the packing's clock"
         return f"{self.space}: {what}; hands {self.hands}; actions {steps} {kind}; {clock}"
+
+
+@functools.lru_cache(maxsize=64)
+def _state_names(space: ActionSpace) -> tuple[str, ...]:
+    if not space.derived:
+        return ()
+    return tuple(n for prefix in space.hand_prefixes for n in space.hand_names(prefix))
+
+
+@functools.lru_cache(maxsize=64)
+def _action_names(space: ActionSpace) -> tuple[str, ...]:
+    if not space.derived:
+        return ()
+    return tuple(
+        f"t+{k}.{n}"
+        for k in range(1, space.horizon + 1)
+        for prefix in space.hand_prefixes
+        for n in space.hand_names(prefix, relative=space.relative)
+    )

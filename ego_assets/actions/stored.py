@@ -4,8 +4,9 @@ A release with a declared action space derives each episode three times (one clo
 packing), often in three processes. Reading the hand and head streams each time costs
 several Parquet files and the joint-set work an episode; the normalize step writes what
 that work gives (`action_sources`) once, as one Arrow IPC file: one row, one binary
-column per array (its bytes, C order), the dtypes and shapes and every other field in the
-schema's metadata as JSON, with the SHA-256 of the ``capture.json`` it was derived with.
+column ``arrays`` holding every array's bytes (C order, each at an offset that is a
+multiple of 8), their dtypes, shapes and offsets and every other field in the schema's
+metadata as JSON, with the SHA-256 of the ``capture.json`` it was derived with.
 `read_sources` gives the same `ActionSources`, array for array, or None when the file was
 written by another `SOURCES_VERSION` or beside another ``capture.json`` (the caller reads
 the streams then). The file is derived data: the trajectory's data version does not
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,12 @@ def sources_table(sources: ActionSources, header_sha256: str) -> pa.Table:
             arrays[f"head.{name}"] = getattr(sources.head, name)
     if sources.recorder_slots is not None:
         arrays["slots.slot_index"], arrays["slots.timestamp_ns"] = sources.recorder_slots
+    layout: dict[str, list[Any]] = {}  # name -> [dtype, shape, offset in the blob]
+    blob = bytearray()
+    for name, value in arrays.items():
+        data = np.ascontiguousarray(value).tobytes()
+        layout[name] = [np.asarray(value).dtype.str, list(np.shape(value)), len(blob)]
+        blob += data + bytes(-len(data) % 8)
     meta = {
         "version": SOURCES_VERSION,
         "capture_json_sha256": header_sha256,
@@ -72,13 +80,10 @@ def sources_table(sources: ActionSources, header_sha256: str) -> pa.Table:
         "head_error": sources.head_error,
         "hands": hands,
         "head": head,
-        "arrays": {k: [np.asarray(v).dtype.str, list(np.shape(v))] for k, v in arrays.items()},
+        "arrays": layout,
     }
-    columns = [pa.array([np.ascontiguousarray(v).tobytes()], pa.binary()) for v in arrays.values()]
-    schema = pa.schema(
-        [pa.field(k, pa.binary()) for k in arrays], metadata={"sources": json.dumps(meta)}
-    )
-    return pa.Table.from_arrays(columns, schema=schema)
+    schema = pa.schema([pa.field("arrays", pa.binary())], metadata={"sources": json.dumps(meta)})
+    return pa.Table.from_arrays([pa.array([bytes(blob)], pa.binary())], schema=schema)
 
 
 def write_sources(sources: ActionSources, folder: Path) -> Path:
@@ -105,13 +110,15 @@ def read_sources(folder: Path) -> ActionSources | None:
             return None
         if meta.get("capture_json_sha256") != _header_sha256(folder):
             return None
-        columns = reader.get_batch(0).columns if reader.num_record_batches else []
-    except (pa.ArrowInvalid, KeyError, ValueError) as exc:
+        blob = reader.get_batch(0).column(0)[0].as_buffer()
+        arrays = {
+            name: np.frombuffer(blob, dtype=dtype, count=math.prod(shape), offset=offset).reshape(
+                shape
+            )
+            for name, (dtype, shape, offset) in meta["arrays"].items()
+        }
+    except (pa.ArrowInvalid, KeyError, ValueError, IndexError) as exc:
         raise OSError(f"{path}: not an action sources file ({exc})") from None
-    arrays = {
-        name: np.frombuffer(column[0].as_buffer(), dtype=np.dtype(dtype)).reshape(shape)
-        for column, (name, (dtype, shape)) in zip(columns, meta["arrays"].items(), strict=True)
-    }
     hands = {side: _hand(side, entry, arrays) for side, entry in meta["hands"].items()}
     head = None
     if meta["head"] is not None:

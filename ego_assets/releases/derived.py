@@ -19,6 +19,7 @@ the capture start (``start_ns + round(seconds * 1e9)``).
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -36,6 +37,7 @@ from ego_assets.actions.derive import derive_from_sources
 from ego_assets.actions.sources import ActionSources, action_sources
 from ego_assets.actions.stored import read_sources
 from ego_assets.fileio import json_loads
+from ego_assets.keys import validate_capture_key
 from ego_assets.storage import Storage
 from ego_assets.trajectory.model import CaptureInfo, MediaRef, Trajectory
 from ego_assets.trajectory.records import from_jsonable
@@ -54,8 +56,14 @@ class ActionsError(ValueError):
 
 
 def trajectory_folder(root: Path, key: str) -> Path:
-    """``<root>/trajectory/<key>/`` (a local data root)."""
-    return Path(Storage(root).stage_path("trajectory", key).path)
+    """``<root>/trajectory/<key>/`` (a local data root, ``key`` validated)."""
+    return _trajectory_stage(str(root)) / validate_capture_key(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _trajectory_stage(root: str) -> Path:
+    """``<root>/trajectory`` as `Storage` resolves it (once per root: it is not cheap)."""
+    return Path(Storage(root).root.path) / "trajectory"
 
 
 def _read_stream(path: Path) -> Stream:
