@@ -567,7 +567,39 @@ def merge_shards(
     (the episode's segments as subtasks) and ``language_events`` columns
     (`lerobot_language`).
     """
+    fps, camera_shape, included, excluded = _choose_shards(shards)
+    if reuse is not None:
+        earlier = json_loads((reuse.folder / INFO_FILE).read_bytes())
+        reuse = reuse if _signature(earlier) == (fps, camera_shape) else None
+    starts = set(breaks)
+    merge = _Merge(out, fps, camera_shape, included[0][2]["features"], replace, language)
+    writers = merge.writers
+    jobs = [
+        (shard, reuse is not None and position < reuse.shards) for position, shard, _ in included
+    ]
+    read = _read_ahead(jobs, camera_shape is not None, replace=replace)
+    try:
+        for new_index, ((position, shard, _), episode) in enumerate(
+            zip(included, read, strict=True)
+        ):
+            linked = reuse is not None and position < reuse.shards
+            if position in starts or (writers.linked_from is not None and not linked):
+                writers.new_files()
+            writers.linked_from = reuse.folder if reuse is not None and linked else None
+            merge.add(new_index, shard, episode, linked)
+    finally:
+        read.close()
+        writers.close()
+    merge.finish(data_version, split, excluded)
+    return MergeResult(len(included), merge.offset, len(merge.tasks.texts), excluded)
 
+
+def _choose_shards(
+    shards: list[Path],
+) -> tuple[Any, Any, list[tuple[int, Path, dict[str, Any]]], dict[str, str]]:
+    """The dataset's (fps, camera shape): the most shards' (the first on a tie); the
+    shards that have it (position, folder, info.json) and why each other one is left out
+    (shard name -> reason)."""
     infos = [json_loads((s / INFO_FILE).read_bytes()) for s in shards]
     if not shards:
         raise ValueError("no shards to merge")
@@ -587,128 +619,147 @@ def merge_shards(
             )
     if not included:
         raise ValueError("no shard to merge")
-    if reuse is not None:
-        earlier = json_loads((reuse.folder / INFO_FILE).read_bytes())
-        reuse = reuse if _signature(earlier) == chosen else None
-    starts = set(breaks)
-    tasks = _Tasks()
-    writers = _Writers(out, fps)
-    episode_rows: list[dict[str, Any]] = []
-    features = list(included[0][2]["features"])
-    renumbered = [f for f in RENUMBERED if f in features]
-    replaced = _Replaced(replace)
-    stats = _StatsStack([f for f in features if f not in renumbered and f not in replaced])
-    lengths: list[int] = []
-    first_task: list[int] = []
-    varying_tasks: dict[int, dict[str, np.ndarray]] = {}  # episodes of several tasks
-    merged: list[dict[str, Any]] = []
-    copied_specs: set[str] = set()
-    offset = 0
-    jobs = [
-        (shard, reuse is not None and position < reuse.shards) for position, shard, _ in included
-    ]
-    read = _read_ahead(jobs, camera_shape is not None, replace=replace)
-    try:
-        for new_index, ((position, shard, _), episode) in enumerate(
-            zip(included, read, strict=True)
-        ):
-            linked = reuse is not None and position < reuse.shards
-            if position in starts or (writers.linked_from is not None and not linked):
-                writers.new_files()
-            writers.linked_from = reuse.folder if reuse is not None and linked else None
-            table = episode.table
-            n = table.num_rows
-            task_index = tasks.remap(episode.tasks)[table.column("task_index").to_numpy()]
-            table = replaced.apply(episode, table, linked)
-            if not linked:
-                table = _renumbered(table, new_index, offset, task_index)
-                if language:
-                    for name, column in language_columns(episode.metadata, n).items():
-                        table = table.append_column(name, column)
-            chunk, file = writers.write_data(table, episode.data_bytes)
-            stats.add(episode.stats)
-            lengths.append(n)
-            first_task.append(int(task_index[0]) if n else 0)
-            if n and task_index.min() != task_index.max():
-                varying_tasks[new_index] = column_stats(task_index)
-            row: dict[str, Any] = {
-                "episode_index": new_index,
-                "tasks": [tasks.texts[i] for i in dict.fromkeys(task_index.tolist())],
-                "length": n,
-                "data/chunk_index": chunk,
-                "data/file_index": file,
-                "dataset_from_index": offset,
-                "dataset_to_index": offset + n,
-            }
-            if camera_shape is not None:
-                (vchunk, vfile), start = writers.append_video(episode.video, episode.video_bytes, n)
-                prefix = f"videos/{CAMERA_KEY}"
-                row.update(
-                    {
-                        f"{prefix}/chunk_index": vchunk,
-                        f"{prefix}/file_index": vfile,
-                        f"{prefix}/from_timestamp": start / fps,
-                        f"{prefix}/to_timestamp": (start + n) / fps,
-                    }
-                )
-            row["meta/episodes/chunk_index"] = 0
-            row["meta/episodes/file_index"] = 0
-            episode_rows.append(row)
-            offset += n
-            raw, metadata = episode.metadata_raw, episode.metadata
-            shard_index = int(metadata["episode"]["index"])
-            written = f"{EPISODE_METADATA_DIR}/{shard_name(shard_index)}.json"
-            if writers.linked_from is not None:
-                link_or_copy(writers.linked_from / written, out / written)
-            elif raw == json_bytes(metadata, indent=2) + b"\n":  # as `write_json` writes it
-                link_or_copy(shard / METADATA_FILE, out / written)  # a link, no new file
-            else:
-                write_json(out / written, metadata)
-            for spec in _json_names(shard / TASK_SPEC_DIR):
-                if spec not in copied_specs:  # named by its SHA-256
-                    (out / TASK_SPEC_DIR).mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(shard / TASK_SPEC_DIR / spec, out / TASK_SPEC_DIR / spec)
-                    copied_specs.add(spec)
-            merged.append(
+    return fps, camera_shape, included, excluded
+
+
+class _Merge:
+    """What `merge_shards` gathers episode by episode (`add`) and writes at the end
+    (`finish`: ``meta/``, the stats, ``ceres/merge.json``, the receipt)."""
+
+    def __init__(
+        self,
+        out: Path,
+        fps: Any,
+        camera_shape: Any,
+        features: dict[str, Any],
+        replace: Replacement | None,
+        language: bool,
+    ) -> None:
+        self.out, self.fps, self.camera_shape, self.language = out, fps, camera_shape, language
+        self.features_info = features
+        self.tasks = _Tasks()
+        self.writers = _Writers(out, fps)
+        self.episode_rows: list[dict[str, Any]] = []
+        self.features = list(features)
+        renumbered = [f for f in RENUMBERED if f in self.features]
+        self.replaced = _Replaced(replace)
+        self.stats = _StatsStack(
+            [f for f in self.features if f not in renumbered and f not in self.replaced]
+        )
+        self.lengths: list[int] = []
+        self.first_task: list[int] = []
+        self.varying_tasks: dict[int, dict[str, np.ndarray]] = {}  # episodes of several tasks
+        self.merged: list[dict[str, Any]] = []
+        self.copied_specs: set[str] = set()
+        self.offset = 0
+
+    def add(self, new_index: int, shard: Path, episode: _Episode, linked: bool) -> None:
+        """Episode ``new_index`` (read from ``shard``; ``linked``: its rows and video are
+        the earlier merge's): its rows, video, episode row, metadata and task specs."""
+        table = episode.table
+        n = table.num_rows
+        task_index = self.tasks.remap(episode.tasks)[table.column("task_index").to_numpy()]
+        table = self.replaced.apply(episode, table, linked)
+        if not linked:
+            table = _renumbered(table, new_index, self.offset, task_index)
+            if self.language:
+                for name, column in language_columns(episode.metadata, n).items():
+                    table = table.append_column(name, column)
+        chunk, file = self.writers.write_data(table, episode.data_bytes)
+        self.stats.add(episode.stats)
+        self.lengths.append(n)
+        self.first_task.append(int(task_index[0]) if n else 0)
+        if n and task_index.min() != task_index.max():
+            self.varying_tasks[new_index] = column_stats(task_index)
+        row: dict[str, Any] = {
+            "episode_index": new_index,
+            "tasks": [self.tasks.texts[i] for i in dict.fromkeys(task_index.tolist())],
+            "length": n,
+            "data/chunk_index": chunk,
+            "data/file_index": file,
+            "dataset_from_index": self.offset,
+            "dataset_to_index": self.offset + n,
+        }
+        if self.camera_shape is not None:
+            (vchunk, vfile), start = self.writers.append_video(
+                episode.video, episode.video_bytes, n
+            )
+            prefix = f"videos/{CAMERA_KEY}"
+            row.update(
                 {
-                    "episode_index": new_index,
-                    "shard_episode_index": shard_index,
-                    "shard": shard_name(shard_index),
-                    "capture_key": metadata["episode"]["capture_key"],
-                    "episode_id": metadata["episode"]["id"],
+                    f"{prefix}/chunk_index": vchunk,
+                    f"{prefix}/file_index": vfile,
+                    f"{prefix}/from_timestamp": start / self.fps,
+                    f"{prefix}/to_timestamp": (start + n) / self.fps,
                 }
             )
-    finally:
-        read.close()
-        writers.close()
-    stacked = {**stats.stacked(), **replaced.stacked()}
-    episode_stats = _episode_stats(stacked, features, lengths, first_task, varying_tasks)
-    features_info = {**included[0][2]["features"], **replaced.features}
-    if language:
-        features_info = {**features_info, **LANGUAGE_FEATURES}
-    if camera_shape is not None:
-        first_video = out / VIDEO_PATH.format(video_key=CAMERA_KEY, chunk_index=0, file_index=0)
-        features_info = {
-            **features_info,
-            CAMERA_KEY: {**features_info[CAMERA_KEY], "info": video_info(first_video)},
-        }
-    episodes_path = out / EPISODES_PATH.format(chunk_index=0, file_index=0)
-    episodes_path.parent.mkdir(parents=True, exist_ok=True)
-    table = episodes_table_stacked(episode_rows, episode_stats)
-    pq.write_table(table, episodes_path, compression="snappy")
-    write_tasks(tasks.texts, out / TASKS_FILE)
-    m = len(included)
-    info = info_json(features_info, fps, m, offset, len(tasks.texts), f"0:{m}")
-    info["splits"] = {split: f"0:{m}"}
-    write_json(out / INFO_FILE, info)
-    dtypes = {k: v["dtype"] for k, v in features_info.items()}
-    dataset_stats = {**aggregate_stats(episode_stats), **replaced.dataset_stats()}
-    write_json(out / STATS_FILE, stats_to_json(dataset_stats, dtypes), compact=True)
-    write_json(
-        out / MERGE_FILE, {"data_version": data_version, "episodes": merged, "excluded": excluded}
-    )
-    write_receipt(out, writers.hashed())
-    return MergeResult(m, offset, len(tasks.texts), excluded)
+        row["meta/episodes/chunk_index"] = 0
+        row["meta/episodes/file_index"] = 0
+        self.episode_rows.append(row)
+        self.offset += n
+        self._copy_metadata(new_index, shard, episode)
+
+    def _copy_metadata(self, new_index: int, shard: Path, episode: _Episode) -> None:
+        """The episode's metadata (a link when unchanged) and its task specs (each once)."""
+        out = self.out
+        raw, metadata = episode.metadata_raw, episode.metadata
+        shard_index = int(metadata["episode"]["index"])
+        written = f"{EPISODE_METADATA_DIR}/{shard_name(shard_index)}.json"
+        if self.writers.linked_from is not None:
+            link_or_copy(self.writers.linked_from / written, out / written)
+        elif raw == json_bytes(metadata, indent=2) + b"\n":  # as `write_json` writes it
+            link_or_copy(shard / METADATA_FILE, out / written)  # a link, no new file
+        else:
+            write_json(out / written, metadata)
+        for spec in _json_names(shard / TASK_SPEC_DIR):
+            if spec not in self.copied_specs:  # named by its SHA-256
+                (out / TASK_SPEC_DIR).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(shard / TASK_SPEC_DIR / spec, out / TASK_SPEC_DIR / spec)
+                self.copied_specs.add(spec)
+        self.merged.append(
+            {
+                "episode_index": new_index,
+                "shard_episode_index": shard_index,
+                "shard": shard_name(shard_index),
+                "capture_key": metadata["episode"]["capture_key"],
+                "episode_id": metadata["episode"]["id"],
+            }
+        )
+
+    def finish(self, data_version: str, split: str, excluded: dict[str, str]) -> None:
+        """``meta/`` (episodes, tasks, info, stats), ``ceres/merge.json``, the receipt."""
+        out, replaced = self.out, self.replaced
+        stacked = {**self.stats.stacked(), **replaced.stacked()}
+        episode_stats = _episode_stats(
+            stacked, self.features, self.lengths, self.first_task, self.varying_tasks
+        )
+        features_info = {**self.features_info, **replaced.features}
+        if self.language:
+            features_info = {**features_info, **LANGUAGE_FEATURES}
+        if self.camera_shape is not None:
+            first_video = out / VIDEO_PATH.format(video_key=CAMERA_KEY, chunk_index=0, file_index=0)
+            features_info = {
+                **features_info,
+                CAMERA_KEY: {**features_info[CAMERA_KEY], "info": video_info(first_video)},
+            }
+        episodes_path = out / EPISODES_PATH.format(chunk_index=0, file_index=0)
+        episodes_path.parent.mkdir(parents=True, exist_ok=True)
+        table = episodes_table_stacked(self.episode_rows, episode_stats)
+        pq.write_table(table, episodes_path, compression="snappy")
+        write_tasks(self.tasks.texts, out / TASKS_FILE)
+        m = len(self.episode_rows)
+        texts = len(self.tasks.texts)
+        info = info_json(features_info, self.fps, m, self.offset, texts, f"0:{m}")
+        info["splits"] = {split: f"0:{m}"}
+        write_json(out / INFO_FILE, info)
+        dtypes = {k: v["dtype"] for k, v in features_info.items()}
+        dataset_stats = {**aggregate_stats(episode_stats), **replaced.dataset_stats()}
+        write_json(out / STATS_FILE, stats_to_json(dataset_stats, dtypes), compact=True)
+        write_json(
+            out / MERGE_FILE,
+            {"data_version": data_version, "episodes": self.merged, "excluded": excluded},
+        )
+        write_receipt(out, self.writers.hashed())
 
 
 class _Replaced:
