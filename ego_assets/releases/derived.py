@@ -23,7 +23,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,7 +139,11 @@ def add_derivation_cpu_s(seconds: float) -> None:
 
 
 def _derived(
-    root: Path, key: str, space: ActionSpace, clock: Any, notes: SourceNotes | None
+    root: Path,
+    key: str,
+    space: ActionSpace,
+    clock: Callable[[ActionSources], np.ndarray],
+    notes: SourceNotes | None,
 ) -> ActionTable:
     """``key``'s table on ``clock(sources)`` (ns), refusals naming the capture; its
     thread's CPU time counted."""
