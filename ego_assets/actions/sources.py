@@ -20,6 +20,10 @@ gives it exactly, by approximation, or not at all (`HandSource.components`):
 
 A joint the source marks untracked (``joint_valid`` False, ``joint_confidence`` 0) is
 NaN, never a stale or zero value.
+
+What this module gives is also stored beside each trajectory (`stored`): a change to the
+values it computes must bump `stored.SOURCES_VERSION`, or releases keep reading the old
+values from the files written before.
 """
 
 from __future__ import annotations
