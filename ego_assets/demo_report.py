@@ -31,7 +31,11 @@ WIDTH = 100  # wrap long reasons at this many characters
 DATA_FOLDERS: tuple[tuple[str, str], ...] = (
     ("landing/", "captures as uploaded (ego_capture.json, written last, marks one complete)"),
     ("raw/", "immutable copy of each capture and its manifest (sizes, SHA-256)"),
-    ("trajectory/", "canonical trajectories (capture.json, streams/*.parquet, lineage.json)"),
+    (
+        "trajectory/",
+        "canonical trajectories (capture.json, streams/*.parquet, lineage.json, "
+        "action_sources.arrow)",
+    ),
     ("quality/", "quality reports, gates (gate.json), timelines and Rerun recordings"),
     ("exports/", "exports per capture and format, and the merged datasets (*-dataset/)"),
     ("receipts/", "one receipt per export: path, bytes, SHA-256, code version"),
