@@ -113,7 +113,7 @@ ROOMS: dict[str, set[str]] = {
     "exports.registry": set(),
     "keys": {"errors"},
     "formats": {"fileio", "trajectory", "progress"},
-    "actions": {"formats", "trajectory"},
+    "actions": {"fileio", "formats", "trajectory"},
     "storage": {"fileio", "keys", "progress", "trajectory"},
     "capture": {"errors", "fileio", "formats", "keys", "progress", "storage", "trajectory"},
     "importers": {"capture", "errors", "fileio", "formats", "keys", "storage", "trajectory"},

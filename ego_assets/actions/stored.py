@@ -15,7 +15,6 @@ cover it and no export reads it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from ego_assets.actions.sources import ActionSources, HandSource, HeadSource
+from ego_assets.fileio import file_sha256
 
 SOURCES_FILE = "action_sources.arrow"
 HEADER_FILE = "capture.json"  # the trajectory store's header, beside it
@@ -36,7 +36,7 @@ _HEAD_ARRAYS = ("timestamp_ns", "position", "rotation", "valid")
 
 
 def _header_sha256(folder: Path) -> str:
-    return hashlib.sha256((Path(folder) / HEADER_FILE).read_bytes()).hexdigest()
+    return file_sha256(Path(folder) / HEADER_FILE)
 
 
 def sources_table(sources: ActionSources, header_sha256: str) -> pa.Table:
