@@ -486,13 +486,13 @@ def _actions(
 
 
 def _info(
-    action_sources: ActionSources,
+    read: ActionSources,
     space: ActionSpace,
     head: HeadSource | None,
     sides: list[str],
     clock: str,
 ) -> dict[str, Any]:
-    sources = action_sources.hands
+    sources = read.hands
     hands: dict[str, Any] = {}
     for side in sides:
         src = sources[side]
@@ -511,12 +511,12 @@ def _info(
             }
     return {
         "space": space.to_json(),
-        "capture_id": action_sources.capture_id,
+        "capture_id": read.capture_id,
         "hands": hands,
         "frame": "wrist" if space.space == "fingertips" else space.frame,
         "frame_axes": _frame_axes(space, head, [sources[s] for s in sides]),
         "head_axes_from": _head_axes_from(space, head, [sources[s] for s in sides]),
-        "world_frame": action_sources.world_frame,
+        "world_frame": read.world_frame,
         "head_stream": head.stream if head is not None else None,
         "rotation": ROT6D_ORDER if space.rotation == "rot6d" else "quaternion xyzw, w >= 0",
         "gripper": {
