@@ -438,3 +438,19 @@ def test_a_capture_that_cannot_give_the_space_fails_the_build_naming_it(built_ro
     assert message.startswith(f"capture rel-xr-b: {root / 'trajectory' / 'rel-xr-b'}: ")
     assert "actions.frame: no head pose is recorded" in message and "\n" not in message
     assert list((root / "releases" / "headless").iterdir()) == []  # nothing written
+
+
+def test_runs_of_one_episode_pack_the_bytes_of_the_default_runs(built_root, eef, monkeypatch):
+    """The packings derive a run of episodes together (`derive_many`, the merge's read
+    chunks): runs of one give the same files, byte for byte."""
+    from ego_assets.formats import ceres_merge
+    from ego_assets.releases import derived, webdataset
+    from ego_assets.releases.build import rebuild_release
+
+    monkeypatch.setattr(derived, "DERIVE_CHUNK", 1)
+    monkeypatch.setattr(webdataset, "DERIVE_CHUNK", 1)
+    monkeypatch.setattr(ceres_merge, "CHUNK_SHARDS", 1)
+    spent = derived.derivation_cpu_s()
+    again = rebuild_release(built_root, "eef", eef.version, built_root.parent / "eef-runs-of-one")
+    assert derived.derivation_cpu_s() > spent  # counted in runs of one too
+    assert _tree(again) == _tree(eef.path)

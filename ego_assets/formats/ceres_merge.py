@@ -83,6 +83,8 @@ MERGE_VERSION = "ceres-lerobot-v3-merge-1"  # bump when the merged output change
 EPISODE_METADATA_DIR = "ceres/episodes"
 MB = 1024 * 1024
 RENUMBERED = ("episode_index", "index", "task_index")
+# shards read ahead together (`_chunks`): at most this many, and this many frames
+CHUNK_SHARDS, CHUNK_FRAMES = 32, 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +100,14 @@ class Replacement:
     """Vector columns that replace the shards' own (see the module docstring).
 
     ``features``: feature name -> its ``meta/info.json`` entry (float32, shape, names);
-    ``reads``: the shard columns ``columns`` needs; ``columns(metadata, rows)``: the new
-    (rows, D) float32 values of every feature for one shard (its episode metadata and
-    its rows, those columns at least).
+    ``reads``: the shard columns ``columns`` needs; ``columns(metadatas, rows)``: for
+    each of a run of shards (their episode metadata and their rows, those columns at
+    least), the new (rows, D) float32 values of every feature.
     """
 
     features: Mapping[str, dict[str, Any]]
     reads: tuple[str, ...]
-    columns: Callable[[dict[str, Any], pa.Table], Mapping[str, np.ndarray]]
+    columns: Callable[[list[dict[str, Any]], list[pa.Table]], list[Mapping[str, np.ndarray]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,17 +466,13 @@ class _Episode:
     replaced: Mapping[str, np.ndarray] | None = None  # `Replacement.columns` of the shard
 
 
-def _read_episode(
-    shard: Path, linked: bool, video: bool, replace: Replacement | None = None
-) -> _Episode:
-    """Read shard ``shard`` for the merge: its rows (only ``task_index`` and what
-    ``replace`` reads when ``linked``), tasks file, stats, episode metadata, the columns
-    ``replace`` computes, and its mp4 opened (``video``)."""
-    reads = replace.reads if replace is not None else ()
+def _read_episode(shard: Path, linked: bool, reads: tuple[str, ...]) -> _Episode:
+    """Read shard ``shard`` for the merge: its rows (only ``task_index`` and ``reads``
+    when ``linked``), tasks file, stats and episode metadata."""
     data_file = _one(shard, "data", ".parquet")
     raw = data_file.read_bytes()
     metadata_raw = (shard / METADATA_FILE).read_bytes()
-    episode = _Episode(
+    return _Episode(
         table=_read_parquet(raw, ["task_index", *reads] if linked else None),
         data_bytes=len(raw),
         tasks=(shard / TASKS_FILE).read_bytes(),
@@ -482,41 +480,82 @@ def _read_episode(
         metadata_raw=metadata_raw,
         metadata=dict(json_loads(metadata_raw)),
     )
+
+
+def _read_chunk(
+    jobs: list[tuple[Path, bool]], video: bool, replace: Replacement | None
+) -> list[_Episode]:
+    """`_read_episode` of each (shard, linked), then the columns ``replace`` computes for
+    all of them in one call, then their mp4s opened (``video``)."""
+    episodes = [
+        _read_episode(shard, linked, replace.reads if replace is not None else ())
+        for shard, linked in jobs
+    ]
     if replace is not None:
-        episode.replaced = replace.columns(episode.metadata, episode.table)
+        replaced = replace.columns([e.metadata for e in episodes], [e.table for e in episodes])
+        for episode, columns in zip(episodes, replaced, strict=True):
+            episode.replaced = columns
     if video:
         import av
 
-        mp4 = _one(shard, f"videos/{CAMERA_KEY}", ".mp4")
-        episode.video_bytes = mp4.stat().st_size
-        episode.video = av.open(str(mp4))
-    return episode
+        for (shard, _), episode in zip(jobs, episodes, strict=True):
+            mp4 = _one(shard, f"videos/{CAMERA_KEY}", ".mp4")
+            episode.video_bytes = mp4.stat().st_size
+            episode.video = av.open(str(mp4))
+    return episodes
+
+
+def _chunks(
+    jobs: list[tuple[Path, bool]], frames: list[int]
+) -> Generator[list[tuple[Path, bool]], None, None]:
+    """``jobs`` in order, in runs of at most `CHUNK_SHARDS` shards and (past the first
+    shard of each) `CHUNK_FRAMES` frames (``frames``: each shard's ``total_frames``)."""
+    start = 0
+    while start < len(jobs):
+        end, rows = start + 1, frames[start]
+        while end < len(jobs) and end - start < CHUNK_SHARDS and rows + frames[end] <= CHUNK_FRAMES:
+            rows += frames[end]
+            end += 1
+        yield jobs[start:end]
+        start = end
+
+
+def _close(episodes: list[_Episode]) -> None:
+    for episode in episodes:
+        if episode.video is not None:
+            episode.video.close()
 
 
 def _read_ahead(
     jobs: list[tuple[Path, bool]],
+    frames: list[int],
     video: bool,
-    depth: int = 4,
     replace: Replacement | None = None,
 ) -> Generator[_Episode, None, None]:
-    """`_read_episode` of each (shard, linked) in order, up to ``depth`` shards ahead on a
-    thread of its own: its Parquet decoding, file reads and the mp4's stream probing
-    (PyAV decodes a few frames, ~0.5 ms) release the GIL and overlap the writing."""
+    """The shards' `_Episode` in order, read in chunks (`_chunks`, `_read_chunk`) one
+    chunk ahead on a thread of its own: its Parquet decoding, file reads and the mp4s'
+    stream probing (PyAV decodes a few frames, ~0.5 ms) release the GIL and overlap the
+    writing; a chunk's replacement columns are computed back to back, in one call (small
+    calls between the writes cost several times as much: the caches are cold)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge-read") as pool:
-        pending: deque[Future[_Episode]] = deque()
+        pending: deque[Future[list[_Episode]]] = deque()
+        current: list[_Episode] = []
         try:
-            for shard, linked in jobs:
-                pending.append(pool.submit(_read_episode, shard, linked, video, replace))
-                if len(pending) > depth:
-                    yield pending.popleft().result()
+            for chunk in _chunks(jobs, frames):
+                pending.append(pool.submit(_read_chunk, chunk, video, replace))
+                if len(pending) > 1:
+                    current = pending.popleft().result()
+                    while current:
+                        yield current.pop(0)
             while pending:
-                yield pending.popleft().result()
+                current = pending.popleft().result()
+                while current:
+                    yield current.pop(0)
         finally:
-            for future in pending:  # an error or an early stop: close what was opened
+            _close(current)  # an error or an early stop: close what was opened
+            for future in pending:
                 if not future.cancel() and future.exception() is None:
-                    episode = future.result()
-                    if episode.video is not None:
-                        episode.video.close()
+                    _close(future.result())
 
 
 def _metadata(shard: Path) -> dict[str, Any]:
@@ -577,7 +616,8 @@ def merge_shards(
     jobs = [
         (shard, reuse is not None and position < reuse.shards) for position, shard, _ in included
     ]
-    read = _read_ahead(jobs, camera_shape is not None, replace=replace)
+    frames = [int(info["total_frames"]) for _, _, info in included]
+    read = _read_ahead(jobs, frames, camera_shape is not None, replace=replace)
     try:
         for new_index, ((position, shard, _), episode) in enumerate(
             zip(included, read, strict=True)

@@ -43,7 +43,12 @@ import numpy as np
 
 from ego_assets.actions import ActionSpace
 from ego_assets.fileio import json_bytes, link_or_copy
-from ego_assets.releases.derived import SourceNotes, derive, describe_json, obs_groups
+from ego_assets.releases.derived import (
+    SourceNotes,
+    derive_in_runs,
+    describe_json,
+    obs_groups,
+)
 from ego_assets.releases.language import demo_attrs, read_language
 from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
@@ -100,9 +105,14 @@ def pack_robomimic(
     with h5py.File(folder / FILE, "w", track_order=True) as f:
         data = f.create_group("data")
         first = None
+        tables = (
+            derive_in_runs(Path(root), list(demos), space, clocks, notes)
+            if space is not None and space.derived
+            else None
+        )
         for key, name in demos.items():
-            if space is not None and derived:
-                table = derive(Path(root), key, space, clocks[key], notes)
+            if space is not None and tables is not None:
+                table = next(tables)
                 first = first or table
                 _derived_demo(data, name, key, layouts[key], table)
                 language = read_language(Path(root), key, tasks[key])

@@ -42,7 +42,7 @@ from ego_assets.formats.egosmith_webdataset import (
     npy_header,
     tar_sample,
 )
-from ego_assets.releases.derived import SourceNotes, derive, describe_json
+from ego_assets.releases.derived import DERIVE_CHUNK, SourceNotes, derive_many, describe_json
 from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
 
@@ -52,6 +52,7 @@ ZERO_BLOCK = bytes(512)  # a tar archive ends with two
 _EXTENSIONS = frozenset(e.encode() for e in C.EXTENSIONS)
 _EXTENSION_WIDTH = max(len(e) for e in _EXTENSIONS)
 EXPORT_NAME = "egosmith_shards"
+RUN_BYTES = 64 * 1024 * 1024  # tars read before their run's actions are derived
 
 
 class PackError(ValueError):
@@ -290,18 +291,12 @@ def _state_members(keys: list[str], table: Any, valid: np.ndarray) -> np.ndarray
 
 
 def _with_actions(
-    root: Path,
-    key: str,
-    space: ActionSpace,
-    tars: list[tuple[bytes, list[int]]],
-    notes: SourceNotes,
-) -> tuple[list[tuple[bytes, list[int]]], Any]:
+    tars: list[tuple[bytes, list[int]]], samples: list[list[tuple[str, int]]], table: Any
+) -> list[tuple[bytes, list[int]]]:
     """The episode's tars (bytes, sample bounds), each sample followed by its
-    ``state.npy``, ``action.npy`` and ``valid.npy`` members (see the module docstring),
-    derived over the whole episode at once; and the `ActionTable`."""
-    samples = [_sample_meta(data, bounds) for data, bounds in tars]
-    ns = np.array([t for part in samples for _, t in part], dtype=np.int64)
-    table = derive(root, key, space, ns, notes)
+    ``state.npy``, ``action.npy`` and ``valid.npy`` members (see the module docstring):
+    the rows of ``table`` (`ActionTable`, derived on the samples' ``timestamp_ns``;
+    ``samples``: `_sample_meta` of each tar)."""
     hands = [h for h in table.valid if h != "action"]
     valid = np.stack([table.valid[h] for h in (*hands, "action")], axis=1)
     extras = _state_members([k for part in samples for k, _ in part], table, valid)
@@ -316,7 +311,59 @@ def _with_actions(
         sizes = np.diff(np.asarray(bounds, dtype=np.int64)) + width
         out.append((b"".join(pieces), [0, *np.cumsum(sizes).tolist()]))
         row += len(part)
-    return out, table
+    return out
+
+
+_Tars = list[tuple[bytes, list[int]]]
+
+
+def _episodes_with_actions(
+    root: Path, members: Sequence[ReleaseEpisode], space: ActionSpace, notes: SourceNotes
+) -> Iterator[tuple[ReleaseEpisode, _Tars, Any]]:
+    """Each episode's tars with their state members (`_with_actions`) and its table (None
+    for an episode with no sample), in order, a run of episodes at a time (`_runs`)."""
+    for run in _runs(root, members):
+        yield from _run_with_actions(root, run, space, notes)
+
+
+def _runs(
+    root: Path, members: Sequence[ReleaseEpisode]
+) -> Iterator[list[tuple[ReleaseEpisode, _Tars]]]:
+    """The episodes and their tars (those with samples), in runs of up to `DERIVE_CHUNK`
+    episodes or `RUN_BYTES` of tars."""
+    run: list[tuple[ReleaseEpisode, _Tars]] = []
+    size = 0
+    for episode in members:
+        source = Path(root) / episode.exports[EXPORT_NAME]["path"]
+        whole = [t for t in _episode_tars(source, episode.capture_key) if len(t[1]) > 1]
+        run.append((episode, whole))
+        size += sum(len(data) for data, _ in whole)
+        if len(run) == DERIVE_CHUNK or size >= RUN_BYTES:
+            yield run
+            run, size = [], 0
+    if run:
+        yield run
+
+
+def _run_with_actions(
+    root: Path, run: list[tuple[ReleaseEpisode, _Tars]], space: ActionSpace, notes: SourceNotes
+) -> list[tuple[ReleaseEpisode, _Tars, Any]]:
+    """`_episodes_with_actions` of one run: its tables derived together (`derive_many`)."""
+    samples = {e.capture_key: [_sample_meta(d, b) for d, b in tars] for e, tars in run}
+    clocks = {
+        key: np.array([t for part in parts for _, t in part], dtype=np.int64)
+        for key, parts in samples.items()
+    }
+    keys = [e.capture_key for e, tars in run if tars]
+    made = derive_many(root, keys, space, lambda k, _: clocks[k], notes)
+    tables = dict(zip(keys, made, strict=True))
+    out: list[tuple[ReleaseEpisode, _Tars, Any]] = []
+    for episode, tars in run:
+        table = tables.get(episode.capture_key)
+        if table is not None:
+            tars = _with_actions(tars, samples[episode.capture_key], table)
+        out.append((episode, tars, table))
+    return out
 
 
 def _pack_part(
@@ -337,21 +384,22 @@ def _pack_part(
     offsets: dict[str, list[int]] = {}
     entries: list[dict[str, Any]] = []
     split = prefix.split("/")[0]
-    for episode in members:
-        source = Path(root) / episode.exports[EXPORT_NAME]["path"]
+    if space is not None and space.derived:
+        episodes: Iterable[tuple[ReleaseEpisode, Iterable[tuple[bytes, list[int]]], Any]] = (
+            _episodes_with_actions(root, members, space, notes or SourceNotes())
+        )
+    else:
+        episodes = (
+            (e, _episode_tars(Path(root) / e.exports[EXPORT_NAME]["path"], e.capture_key), None)
+            for e in members
+        )
+    for episode, tars, table in episodes:
         first: tuple[str, int] | None = None
         count = 0
-        tars: Iterable[tuple[bytes, list[int]]] = _episode_tars(source, episode.capture_key)
-        if space is not None and space.derived:
-            whole = [(data, bounds) for data, bounds in tars if len(bounds) > 1]
-            if whole:
-                tars, table = _with_actions(
-                    root, episode.capture_key, space, whole, notes or SourceNotes()
-                )
-                if described is not None and "state_names" not in described:
-                    hands = [h for h in table.valid if h != "action"]
-                    described.update(describe_json(space, table))
-                    described["valid_names"] = [*hands, "action"]
+        named = described is not None and "state_names" in described
+        if table is not None and space is not None and described is not None and not named:
+            described.update(describe_json(space, table))
+            described["valid_names"] = [*(h for h in table.valid if h != "action"), "action"]
         for data, bounds in tars:
             for shard, offset in writer.write_samples(data, bounds):
                 offsets.setdefault(shard, []).append(offset)
