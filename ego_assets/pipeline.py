@@ -114,7 +114,7 @@ def normalize(storage: Storage, key: str) -> StepResult:
     from ego_assets.capture import read_capture  # the readers: only when one reads
 
     with storage.read_dir(raw_capture_dir(raw)) as capture_dir:
-        trajectory = read_capture(key, capture_dir)
+        trajectory = read_capture(key, capture_dir, manifest.content_sha256)
     with storage.write_dir("trajectory", key, index_file=LINEAGE_FILE) as stage:
         tables = write_trajectory_files(trajectory, stage)
         _write_action_sources(trajectory, stage)

@@ -311,3 +311,43 @@ def test_stored_trajectory_of_an_older_layout_is_written_again_with_the_same_dat
         assert a.name == b.name
         for name, values in a.fields.items():
             np.testing.assert_array_equal(values, b.fields[name])
+
+
+def test_normalize_reuses_the_landing_read_and_stores_the_same_files(tmp_path):
+    """The import reads each episode to refuse a bad one; the normalize step of the same
+    process takes that trajectory (the raw copy's manifest names the same bytes) instead
+    of reading it again, and stores exactly what a fresh read stores."""
+    import hashlib
+
+    from ego_assets import capture, pipeline
+
+    write_egodex_episode(tmp_path / "src" / TASK, 0, frames=40, seed=4)
+    summary = _import(tmp_path / "src", tmp_path / "data")
+    (key,) = summary.landed
+    storage = Storage(tmp_path / "data")
+    pipeline.ingest_raw(storage, key)
+    from ego_assets.capture.manifest import read_manifest
+
+    kept = (key, read_manifest(tmp_path / "data" / "raw" / key).content_sha256)
+    assert kept in capture._landed  # kept for the raw copy's content
+    landed = capture._landed[kept][0]
+    pipeline.normalize(storage, key)
+    assert kept not in capture._landed  # handed out once, to normalize
+    assert not landed.streams[0].timestamp_ns.flags.writeable  # shared: read-only
+
+    def digests(folder: Path) -> dict[str, str]:
+        return {
+            p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*"))
+            if p.is_file()
+        }
+
+    reused = digests(tmp_path / "data" / "trajectory" / key)
+    fresh = tmp_path / "fresh"
+    stage = Storage(fresh)
+    _import(tmp_path / "src", fresh)
+    capture._landed.clear()  # as in a normalize run of its own process
+    pipeline.ingest_raw(stage, key)
+    pipeline.normalize(stage, key)
+    assert digests(fresh / "trajectory" / key) == reused
+    assert {"capture.json", "lineage.json", "action_sources.arrow"} <= set(reused)

@@ -30,13 +30,14 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from upath import UPath
 
-from ego_assets.capture import read_capture
+from ego_assets.capture import read_capture, remember_landed
 from ego_assets.capture.files import MARKER_FILE, MARKER_FORMAT, MARKER_VERSION
+from ego_assets.capture.manifest import FileEntry, RawManifest
 from ego_assets.capture.provenance import PROVENANCE_FILE, PROVENANCE_FORMAT, PROVENANCE_VERSION
 from ego_assets.errors import CaptureFormatError
 from ego_assets.fileio import file_sha256
@@ -411,7 +412,8 @@ def _assemble(
         "files": sorted(declared, key=lambda e: str(e["path"])),
     }
     marker_path = staging / MARKER_FILE  # staging is private: published whole, marker last
-    marker_path.write_bytes((json.dumps(marker, indent=1, sort_keys=True) + "\n").encode())
+    marker_body = (json.dumps(marker, indent=1, sort_keys=True) + "\n").encode()
+    marker_path.write_bytes(marker_body)
     try:
         trajectory = read_capture(episode.key, staging)
     except CaptureFormatError as exc:
@@ -421,7 +423,19 @@ def _assemble(
             episode.original_path, original, exc.reason, field=exc.field, row=exc.row
         ) from None
     os.utime(marker_path)  # the marker's time is its publication, not the read before it
+    remember_landed(_manifest(episode.key, importer, declared, marker_body), trajectory)
     return trajectory
+
+
+def _manifest(
+    key: str, importer: Importer, declared: list[dict[str, Any]], marker: bytes
+) -> RawManifest:
+    """The `RawManifest` the raw copy of this landed capture will have (its files in
+    `CaptureFiles.list_files` order, the marker included), without reading them again."""
+    entries = [FileEntry(str(e["path"]), int(e["bytes"]), str(e["sha256"])) for e in declared]
+    entries.append(FileEntry(MARKER_FILE, len(marker), hashlib.sha256(marker).hexdigest()))
+    entries.sort(key=lambda e: PurePosixPath(e.path).parts)
+    return RawManifest(key, importer.capture_kind, tuple(entries))
 
 
 def _derived(importer: Importer, episode: SourceEpisode, staging: Path) -> list[dict[str, Any]]:

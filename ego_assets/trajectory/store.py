@@ -296,7 +296,7 @@ def _stored_identity(folder: Path) -> tuple[Any, ...] | None:
     return (str(Path(folder).resolve()), *ident)
 
 
-def _read_only(trajectory: Trajectory) -> int:
+def read_only(trajectory: Trajectory) -> int:
     """Mark every array of ``trajectory`` read-only (it is shared); returns their bytes."""
     total = 0
     for stream in trajectory.streams:
@@ -322,7 +322,7 @@ def read_trajectory(folder: Path) -> Trajectory:
                 _READ_CACHE.move_to_end(identity)
                 return cached[0]
     trajectory = _read_trajectory(folder)
-    size = _read_only(trajectory)
+    size = read_only(trajectory)
     if identity is not None:
         _keep(identity, trajectory, size)
     return trajectory
@@ -353,7 +353,7 @@ def remember_written(folder: Path, tables: dict[str, pa.Table]) -> None:
     if identity is None:
         return
     trajectory = _assemble(folder, lambda name: tables[name])
-    _keep(identity, trajectory, _read_only(trajectory))
+    _keep(identity, trajectory, read_only(trajectory))
 
 
 def _read_trajectory(folder: Path) -> Trajectory:
