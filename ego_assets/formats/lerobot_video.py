@@ -187,12 +187,14 @@ def _sample(n: int, k: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, k).round().astype(np.int64))
 
 
-def _histogram(frame: av.VideoFrame) -> np.ndarray:
-    """(3, 256) counts of a frame's RGB values, downscaled to `STATS_LONG_SIDE`."""
+def _histogram(frame: av.VideoFrame, reformatter: Any) -> np.ndarray:
+    """(3, 256) counts of a frame's RGB values, downscaled to `STATS_LONG_SIDE` by
+    ``reformatter`` (one ``av.video.reformatter.VideoReformatter`` a video: its scaler is
+    set up once, not once a frame as ``frame.reformat`` does; the same pixels)."""
     scale = STATS_LONG_SIDE / max(frame.width, frame.height)
     width = max(2, round(frame.width * min(scale, 1.0)))
     height = max(2, round(frame.height * min(scale, 1.0)))
-    rgb = frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
+    rgb = reformatter.reformat(frame, width=width, height=height, format="rgb24").to_ndarray()
     return np.stack([np.bincount(rgb[..., c].ravel(), minlength=256) for c in range(3)])
 
 
@@ -238,7 +240,7 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
     Raises:
         ValueError: ``src`` is not remuxable (see `SourceVideo.remuxable`).
     """
-    import av
+    import av.video.reformatter
 
     info = source if source is not None else inspect_video(src)
     if not info.remuxable:
@@ -256,6 +258,7 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
     histogram = np.zeros((3, 256), dtype=np.int64)
     images = 0
     out_tb = Fraction(1, fps)
+    reformatter = av.video.reformatter.VideoReformatter()
 
     def take(frame: av.VideoFrame) -> None:
         nonlocal histogram, images
@@ -263,7 +266,7 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
         if decode_all and frame.pts is None:
             raise ValueError(f"{src}: decoded a frame without a timestamp")
         if not decode_all or (int(frame.pts or 0) - offset) // step in sampled:
-            histogram += _histogram(frame)
+            histogram += _histogram(frame, reformatter)
             images += 1
 
     with av.open(str(src)) as inp, av.open(str(dst), "w", format="mp4", options=MUX_OPTIONS) as out:
@@ -412,7 +415,10 @@ def _row_frames(
     src: Path, rows: np.ndarray, source: SourceVideo | None, sampled: set[int]
 ) -> Iterator[tuple[int, av.VideoFrame, np.ndarray | None]]:
     """(row, yuv420p frame, RGB histogram of the sampled rows) for every row, in order."""
+    import av.video.reformatter
+
     frames = _decoded(src, source, rows)
+    reformatter = av.video.reformatter.VideoReformatter()
     current: av.VideoFrame | None = None
     position = -1
     for row, wanted in enumerate(rows.tolist()):
@@ -426,7 +432,7 @@ def _row_frames(
             )
         if position != wanted or current is None:
             raise ValueError(f"{src}: frame {wanted} of row {row} was not decoded")
-        yield row, current, _histogram(current) if row in sampled else None
+        yield row, current, _histogram(current, reformatter) if row in sampled else None
 
 
 def _ahead(items: Iterator[Any], depth: int) -> Iterator[Any]:
