@@ -21,7 +21,8 @@
   (copied across file systems), nothing of them is rewritten; only their rows and stats
   are read.
 * ``replace`` (`Replacement`): vector columns (a release's declared ``observation.state``
-  and ``action``) computed per shard from its rows and metadata replace the shard's own;
+  and ``action``) computed from each shard's rows and metadata (for a chunk of shards
+  read ahead together, in one call) replace the shard's own;
   their features (one name per component), per-episode stats and dataset stats are
   computed from the new values, NaN left out (`nan_column_stats`), every other column
   and the videos as without it.
