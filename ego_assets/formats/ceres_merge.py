@@ -499,10 +499,14 @@ def _read_chunk(
     if video:
         import av
 
-        for (shard, _), episode in zip(jobs, episodes, strict=True):
-            mp4 = _one(shard, f"videos/{CAMERA_KEY}", ".mp4")
-            episode.video_bytes = mp4.stat().st_size
-            episode.video = av.open(str(mp4))
+        try:
+            for (shard, _), episode in zip(jobs, episodes, strict=True):
+                mp4 = _one(shard, f"videos/{CAMERA_KEY}", ".mp4")
+                episode.video_bytes = mp4.stat().st_size
+                episode.video = av.open(str(mp4))
+        except BaseException:
+            _close(episodes)  # what this chunk opened before the error
+            raise
     return episodes
 
 
