@@ -9,8 +9,10 @@ checks are laid out long: `checks_frame` has one row per (scope, check) with the
 its limit and the margin ``limit - value``, in an ``error_margin`` column for checks of
 severity ERROR and a ``warn_margin`` column for WARN. The suite is then two
 expectations (each margin >= 0; GX skips the nulls), and one episode validates in a few
-tens of milliseconds after warm-up. `run_expectations` maps GX's failing row indices
-back to one `CheckOutcome` per check.
+tens of milliseconds after warm-up: first for success alone (GX's ``BOOLEAN_ONLY``,
+about 9 ms), and only when something failed again for the failing rows (``SUMMARY``,
+about 18 ms). `run_expectations` maps GX's failing row indices back to one
+`CheckOutcome` per check.
 
 Severity: ``ERROR`` blocks every downstream asset of the episode; ``WARN`` is reported.
 """
@@ -211,10 +213,14 @@ def run_expectations(
     limits = thresholds if thresholds is not None else default_thresholds()
     frame = checks_frame(report, limits)
     batch = _gx()[1].get_batch(batch_parameters={"dataframe": frame})
-    result = batch.validate(
-        _suite(limits),
-        result_format={"result_format": "SUMMARY", "partial_unexpected_count": len(frame)},
-    )
+    # success alone first (half the cost: no unexpected values gathered); the failing rows
+    # only when something failed
+    result = batch.validate(_suite(limits), result_format={"result_format": "BOOLEAN_ONLY"})
+    if not result.success:
+        result = batch.validate(
+            _suite(limits),
+            result_format={"result_format": "SUMMARY", "partial_unexpected_count": len(frame)},
+        )
     failing: set[int] = set()
     kinds: dict[str, str] = {}
     for res in result.results:
