@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Generator, Mapping
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -525,7 +525,8 @@ def _chunks(
         start = end
 
 
-def _close(episodes: list[_Episode]) -> None:
+def _close(episodes: Iterable[_Episode]) -> None:
+    """Close the mp4s ``episodes`` opened."""
     for episode in episodes:
         if episode.video is not None:
             episode.video.close()
@@ -544,18 +545,15 @@ def _read_ahead(
     calls between the writes cost several times as much: the caches are cold)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge-read") as pool:
         pending: deque[Future[list[_Episode]]] = deque()
-        current: list[_Episode] = []
+        current: deque[_Episode] = deque()  # read, not yet handed out
         try:
-            for chunk in _chunks(jobs, frames):
-                pending.append(pool.submit(_read_chunk, chunk, video, replace))
-                if len(pending) > 1:
-                    current = pending.popleft().result()
+            for chunk in [*_chunks(jobs, frames), None]:  # None: no chunk left to submit
+                if chunk is not None:
+                    pending.append(pool.submit(_read_chunk, chunk, video, replace))
+                while pending and (chunk is None or len(pending) > 1):
+                    current.extend(pending.popleft().result())
                     while current:
-                        yield current.pop(0)
-            while pending:
-                current = pending.popleft().result()
-                while current:
-                    yield current.pop(0)
+                        yield current.popleft()
         finally:
             _close(current)  # an error or an early stop: close what was opened
             for future in pending:

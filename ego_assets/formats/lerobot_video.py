@@ -44,6 +44,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     import av  # imported where used: a code location defining assets loads no PyAV
+    from av.video.reformatter import VideoReformatter
 
 # Codecs and pixel format LeRobot's decoders (PyAV, torchcodec) read from an mp4.
 REMUX_CODECS = frozenset({"h264", "hevc", "av1"})
@@ -187,10 +188,10 @@ def _sample(n: int, k: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, k).round().astype(np.int64))
 
 
-def _histogram(frame: av.VideoFrame, reformatter: Any) -> np.ndarray:
+def _histogram(frame: av.VideoFrame, reformatter: VideoReformatter) -> np.ndarray:
     """(3, 256) counts of a frame's RGB values, downscaled to `STATS_LONG_SIDE` by
-    ``reformatter`` (one ``av.video.reformatter.VideoReformatter`` a video: its scaler is
-    set up once, not once a frame as ``frame.reformat`` does; the same pixels)."""
+    ``reformatter`` (one a video: its scaler is set up once, not once a frame as
+    ``frame.reformat`` does; the same pixels)."""
     scale = STATS_LONG_SIDE / max(frame.width, frame.height)
     width = max(2, round(frame.width * min(scale, 1.0)))
     height = max(2, round(frame.height * min(scale, 1.0)))

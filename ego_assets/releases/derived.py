@@ -129,7 +129,7 @@ _spent = [0.0]
 
 def derivation_cpu_s() -> float:
     """CPU seconds this process (and the `run_apart` processes it waited for) spent in
-    `derive` and `LeRobotActions.columns`: reading the sources and deriving."""
+    `derive_many` (every packing's): reading the sources and deriving."""
     with _spent_lock:
         return _spent[0]
 
@@ -147,8 +147,7 @@ def derive(
     sample_ns: np.ndarray,
     notes: SourceNotes | None = None,
 ) -> ActionTable:
-    """`derive_from_sources` of ``key`` on ``sample_ns`` (ActionsError naming the capture
-    when it cannot give the declared space); its sources go to ``notes``."""
+    """`derive_many` of the one episode ``key`` on ``sample_ns`` (ns)."""
     ns = np.asarray(sample_ns, dtype=np.int64)
     return derive_many(root, [key], space, lambda _key, _sources: ns, notes)[0]
 
@@ -160,12 +159,13 @@ def derive_many(
     clock: Callable[[str, ActionSources], np.ndarray],
     notes: SourceNotes | None = None,
 ) -> list[ActionTable]:
-    """`derive` of each of ``keys`` on ``clock(key, its sources)`` (ns):
-    every episode's sources read first, then every table derived, each in one tight
-    loop. A packing calls it for a run of episodes (`DERIVE_CHUNK`) before writing
-    them: at 60 samples an episode, the same small reads and array calls made one by one
-    between the writes cost 3-4 times as much (the CPU caches are cold each time). The
-    thread's CPU time is counted (`derivation_cpu_s`)."""
+    """`derive_from_sources` of each of ``keys`` on ``clock(key, its sources)`` (ns),
+    ActionsError naming the capture when one cannot give the declared space, the
+    sources' notes to ``notes``: every episode's sources read first, then every table
+    derived, each in one tight loop. A packing calls it for a run of episodes
+    (`DERIVE_CHUNK`) before writing them: at 60 samples an episode, the same small reads
+    and array calls made one by one between the writes cost 3-4 times as much (the CPU
+    caches are cold each time). The thread's CPU time is counted (`derivation_cpu_s`)."""
     started = time.thread_time()
     try:
         every = [load_sources(root, key) for key in keys]

@@ -24,7 +24,7 @@ groups an external link into the episode file as before (its ``actions`` as
 ``gripper_closed_<hand>``, ``fingertips_<hand>``, ``valid_<hand>``; ``next_obs`` one
 sample later, the last row repeated), ``actions`` (T, A) with its ``action_component``
 names as a dimension scale, and ``actions_valid``. Every value comes from
-`derived.derive` on the demo's own ``timestamp_ns``; the episode files stay as exported.
+`derived.derive_many` on the demo's own ``timestamp_ns``; the episode files stay as exported.
 ``/data``'s ``ego_actions`` attribute holds the space and the names as JSON. Such a
 demo also carries its language (`language.demo_attrs`): ``ego_task``,
 ``ego_instructions`` (JSON list) and ``ego_segments`` (JSON: each retained segment's
@@ -107,11 +107,11 @@ def pack_robomimic(
         first = None
         tables = (
             derive_in_runs(Path(root), list(demos), space, clocks, notes)
-            if space is not None and space.derived
+            if space is not None and derived
             else None
         )
         for key, name in demos.items():
-            if space is not None and tables is not None:
+            if tables is not None:
                 table = next(tables)
                 first = first or table
                 _derived_demo(data, name, key, layouts[key], table)

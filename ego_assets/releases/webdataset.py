@@ -16,7 +16,7 @@ every sample's first tar header; per episode its split, first shard and offset, 
 
 With a derived action space (``[actions]``), each sample gets three members more after
 its own: ``state.npy`` (S float32), ``action.npy`` (A float32) and ``valid.npy`` (bool:
-each hand of the state, then the action), the `derived.derive` vectors at the sample's
+each hand of the state, then the action), the `derived.derive_many` vectors at the sample's
 ``meta.json`` ``timestamp_ns``; ``index.json``'s ``actions`` holds the space, the
 ``state_names``, ``action_names`` and ``valid_names``.
 """
@@ -53,6 +53,7 @@ _EXTENSIONS = frozenset(e.encode() for e in C.EXTENSIONS)
 _EXTENSION_WIDTH = max(len(e) for e in _EXTENSIONS)
 EXPORT_NAME = "egosmith_shards"
 RUN_BYTES = 64 * 1024 * 1024  # tars read before their run's actions are derived
+_Tars = list[tuple[bytes, list[int]]]  # an episode's tars: (bytes, sample bounds) each
 
 
 class PackError(ValueError):
@@ -290,9 +291,7 @@ def _state_members(keys: list[str], table: Any, valid: np.ndarray) -> np.ndarray
     return np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(keys), -1)
 
 
-def _with_actions(
-    tars: list[tuple[bytes, list[int]]], samples: list[list[tuple[str, int]]], table: Any
-) -> list[tuple[bytes, list[int]]]:
+def _with_actions(tars: _Tars, samples: list[list[tuple[str, int]]], table: Any) -> _Tars:
     """The episode's tars (bytes, sample bounds), each sample followed by its
     ``state.npy``, ``action.npy`` and ``valid.npy`` members (see the module docstring):
     the rows of ``table`` (`ActionTable`, derived on the samples' ``timestamp_ns``;
@@ -312,9 +311,6 @@ def _with_actions(
         out.append((b"".join(pieces), [0, *np.cumsum(sizes).tolist()]))
         row += len(part)
     return out
-
-
-_Tars = list[tuple[bytes, list[int]]]
 
 
 def _episodes_with_actions(
