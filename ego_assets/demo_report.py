@@ -36,7 +36,7 @@ DATA_FOLDERS: tuple[tuple[str, str], ...] = (
         "canonical trajectories (capture.json, streams/*.parquet, lineage.json, "
         "action_sources.arrow)",
     ),
-    ("quality/", "quality reports, gates (gate.json), timelines and Rerun recordings"),
+    ("quality/", "quality reports, gates (gate.json) and timelines"),
     ("exports/", "exports per capture and format, and the merged datasets (*-dataset/)"),
     ("receipts/", "one receipt per export: path, bytes, SHA-256, code version"),
     ("catalog/", "quality catalog (quality/) and dataset catalog (warehouse/catalog.duckdb)"),

@@ -7,10 +7,11 @@
   was made from the same raw content by the same normalizer version and is stored in
   the current store layout (`ego_assets.trajectory.store.STORE_LAYOUT`; an older one is
   written again, with the same data version).
-* `assess_quality`: trajectory -> quality report, timeline PNG, the episode's Rerun
-  recording (``episode.rrd``, with the raw video) and the export gate
+* `assess_quality`: trajectory -> quality report, timeline PNG and the export gate
   (export policy + waivers, Great Expectations results), skipped likewise when nothing
-  changed (trajectory, quality code, policy, thresholds and the episode's waivers).
+  changed (trajectory, quality code, policy, thresholds and the episode's waivers). The
+  episode's Rerun recording is built when someone opens it (``ego-assets view``,
+  `ego_assets.viewer.episode`), not here: most recordings are never opened.
 * `rejudge_gate`: re-decide a stored gate after its waivers changed (``ego-assets waive``).
 """
 
@@ -44,7 +45,6 @@ from ego_assets.trajectory.store import (
     remember_written,
     write_trajectory_files,
 )
-from ego_assets.viewer import RECORDING_FILE, VIEWER_VERSION
 
 # 2: media_frames declare camera_axes; 3: the raw copy's capture files below capture/
 NORMALIZER_VERSION = "normalize-3"
@@ -55,6 +55,12 @@ NORMALIZER_VERSION = "normalize-3"
 TRAJECTORY_CODE_VERSION = f"{NORMALIZER_VERSION}+store-{STORE_LAYOUT}"
 LINEAGE_FILE = "lineage.json"
 TIMELINE_FILE = "timeline.png"
+# The last viewer version whose recording the quality step wrote (``episode.rrd``, until
+# issue #34 made it lazy). It stays in the quality code version so that stored gates, and
+# the data versions every export's lineage names, stay current: the step's report,
+# timeline and gate are what they were. A new viewer version changes only recordings
+# built from now on.
+QUALITY_RECORDING_VERSION = "viewer-2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +169,7 @@ def quality_version() -> str:
     """
     return (
         f"{REPORT_VERSION}+thresholds-{default_thresholds().version}"
-        f"+policy-{default_policy().version}+{VIEWER_VERSION}"
+        f"+policy-{default_policy().version}+{QUALITY_RECORDING_VERSION}"
     )
 
 
@@ -207,23 +213,18 @@ def assess_quality(storage: Storage, key: str) -> StepResult:
         gate = Gate.from_json((target / GATE_FILE).read_text())
         if gate.data_version == version:
             return StepResult(key, version, True, _gate_figures(gate))
-    # Rerun, pandas and GX take seconds to import: loaded by the first capture judged
+    # pandas and GX take seconds to import: loaded by the first capture judged
     from ego_assets.quality.expectations import run_expectations
     from ego_assets.quality.report import compute_report, write_report
     from ego_assets.quality.timeline import timeline_png
-    from ego_assets.viewer.recording import build_recording
 
     with storage.read_dir(source) as folder:
         trajectory = read_trajectory(folder)
     report = compute_report(trajectory)
     gate = Gate.build(report, run_expectations(report), version, default_policy(), waivers)
-    with (
-        storage.write_dir("quality", key, index_file=GATE_FILE) as stage,
-        storage.read_dir(raw_capture_dir(storage.stage_path("raw", key))) as raw,
-    ):
+    with storage.write_dir("quality", key, index_file=GATE_FILE) as stage:
         write_report(report, stage)
         (stage / TIMELINE_FILE).write_bytes(timeline_png(trajectory, report))
-        build_recording(trajectory, stage / RECORDING_FILE, media_dir=raw, report=report, gate=gate)
         (stage / GATE_FILE).write_text(gate.to_json())
     return StepResult(key, version, False, _gate_figures(gate))
 

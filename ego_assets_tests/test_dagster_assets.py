@@ -26,6 +26,7 @@ from ego_assets.defs.resources import StorageResource
 from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.store import read_trajectory
+from ego_assets.viewer.episode import recording_for_key
 
 KINDS = {
     "vp": "holos-visionpro",
@@ -156,7 +157,9 @@ def test_every_kind_materializes_raw_capture_and_trajectory(landing, backend, ke
     assert stored.extra_files == direct.extra_files
 
 
-def test_every_asset_of_one_capture_writes_its_outputs_and_a_rerun_reuses_them(landing, backend):
+def test_every_asset_of_one_capture_writes_its_outputs_and_a_rerun_reuses_them(
+    landing, backend, tmp_path_factory
+):
     source = landing / "landing" / "xr"
     backend.land(source, "xr")
     every_asset = (raw_capture, trajectory, quality_report)
@@ -176,8 +179,8 @@ def test_every_asset_of_one_capture_writes_its_outputs_and_a_rerun_reuses_them(l
             for e in result.get_asset_materialization_events()
             if e.asset_key.path[-1] == "quality_report"
         ]
-        recording = quality_event.materialization.metadata["recording"].value
-        assert str(recording).endswith("quality/xr/episode.rrd")
+        opener = quality_event.materialization.metadata["open recording"].value
+        assert "`ego-assets view xr`" in str(opener)
         before = {rel: backend.stamp(rel) for rel in STAMPED}
         again = _materialize(backend, instance, every_asset, partition_key="xr")
         assert again.success
@@ -200,13 +203,20 @@ def test_every_asset_of_one_capture_writes_its_outputs_and_a_rerun_reuses_them(l
         assert sorted(s["name"] for s in header["streams"]) == expected
         assert "lineage.json" in backend.files("trajectory/xr")
     quality = backend.files("quality/xr")
-    assert {"gate.json", "quality.json", "quality.parquet", "timeline.png"} <= set(quality)
+    # the Rerun recording is built when opened, not by the quality step
+    assert {Path(f).name for f in quality} == {
+        "gate.json",
+        "quality.json",
+        "quality.parquet",
+        "timeline.png",
+    }
     with backend.local("quality", "xr") as folder:
         assert (folder / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert json.loads((folder / "gate.json").read_text())["passed"] is True
-        # the episode's Rerun recording beside the report, with the camera video in it
-        entities = {c.entity_path for c in RrdReader(folder / "episode.rrd").stream()}
-        assert {"/world/cameras/camera_outward", "/world/hand_left", "/quality/report"} <= entities
+    # opened by key: built from the stored trajectory, raw video and gate
+    located = recording_for_key(backend.storage, "xr", tmp_path_factory.mktemp("view") / "xr.rrd")
+    entities = {c.entity_path for c in RrdReader(located.path).stream()}
+    assert {"/world/cameras/camera_outward", "/world/hand_left", "/quality/report"} <= entities
 
 
 def test_malformed_capture_fails_its_partition_only_and_writes_nothing(landing, backend, tmp_path):

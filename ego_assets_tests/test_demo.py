@@ -23,6 +23,7 @@ from ego_assets.storage import Storage
 from ego_assets.synth import synthesize
 from ego_assets.trajectory.store import read_header
 from ego_assets.viewer import RECORDING_FILE
+from ego_assets.viewer.episode import recording_for_key
 from ego_assets_tests.test_viewer import read_back
 from ego_assets_tests.waiting import CEILING_S
 
@@ -77,7 +78,9 @@ def _files(folder: Path) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
 
 
-def test_demo_trajectories_list_no_platform_file_as_a_capture_file(demo: Demo) -> None:
+def test_demo_trajectories_list_no_platform_file_as_a_capture_file(
+    demo: Demo, tmp_path: Path
+) -> None:
     data = demo.data
     assert demo.returncode == 0, demo.stderr
     keys = [key for key, *_ in DEMO_CAPTURES] + [ARIA_SAMPLE_KEY]
@@ -106,8 +109,11 @@ def test_demo_trajectories_list_no_platform_file_as_a_capture_file(demo: Demo) -
         formats = query(database, "select format from export_coverage order by 1").to_pylist()
     assert counts == [{"n": len(keys)}]
     assert [r["format"] for r in formats] == ["ceres_episode", "egosmith_shards", "holos_hdf5"]
-    # the quality step's recording found the video in the raw copy's capture folder
-    columns, _ = read_back(data / "quality" / "demo-webxr" / RECORDING_FILE)
+    # the quality step stores no recording; opened by key, it is built and finds the
+    # video in the raw copy's capture folder
+    assert not (data / "quality" / "demo-webxr" / RECORDING_FILE).exists()
+    built = recording_for_key(Storage(data), "demo-webxr", tmp_path / "demo-webxr.rrd")
+    columns, _ = read_back(built.path)
     assert ("/world/cameras/camera_outward", "VideoFrameReference:timestamp") in columns
 
 

@@ -395,8 +395,8 @@ def test_cli_view_save_only_finds_raw_media_and_gate_in_a_storage_layout(
     by_key = tmp_path / "by-key.rrd"
     assert main(["view", key, "--data", str(tmp_path), "--save-only", "--out", str(by_key)]) == 0
     assert set(read_back(by_key)[0]) == set(columns)
-    # the recording the quality step stored beside the report is copied to --out, which
-    # defaults to ./<key>.rrd
+    # a recording stored beside the report (quality steps before issue #34 wrote one) is
+    # copied to --out, which defaults to ./<key>.rrd
     stored = tmp_path / "quality" / key / RECORDING_FILE
     shutil.copy(by_key, stored)
     stored.chmod(0o600)  # the copy gets the usual mode all the same

@@ -40,7 +40,6 @@ from ego_assets.quality.gate import Gate
 from ego_assets.quality.report import REPORT_JSON, REPORT_PARQUET
 from ego_assets.quality.waivers import describe
 from ego_assets.storage import Storage
-from ego_assets.viewer import RECORDING_FILE
 
 EXPORT_GATE_CHECK = "export_gate"
 GATE_TAG = "ego/gate"  # run tag: blocked when a capture of the run is blocked
@@ -115,8 +114,9 @@ def quality_metadata(storage: Storage, key: str, gate: Gate | None) -> dict[str,
         elif isinstance(value, int) and not isinstance(value, bool):
             md[label] = dg.MetadataValue.int(value)
     md["report"] = dg.MetadataValue.path(str(folder / REPORT_JSON))
-    md["recording"] = dg.MetadataValue.path(str(folder / RECORDING_FILE))
-    md["open recording"] = dg.MetadataValue.md(f"`ego-assets view {key}` (Rerun viewer)")
+    md["open recording"] = dg.MetadataValue.md(
+        f"`ego-assets view {key}` (builds the Rerun recording and opens it)"
+    )
     return md
 
 

@@ -68,12 +68,11 @@ DEFAULT_MODULES = ("ego_assets.definitions",)
 # Beyond the exports' (`EXPORT_LIBRARIES`, `EXPORT_PACKAGES`): the other libraries and
 # our packages a capture step imports on first use (seconds each on a busy box), imported
 # once by the warm parent and shared by every child.
-STEP_LIBRARIES = (*EXPORT_LIBRARIES, "rerun", "pandas", "sqlalchemy")
+STEP_LIBRARIES = (*EXPORT_LIBRARIES, "pandas", "sqlalchemy")
 STEP_PACKAGES = (
     *EXPORT_PACKAGES,
     "ego_assets.capture",
     "ego_assets.quality",
-    "ego_assets.viewer",
     "ego_assets.pipeline",
 )
 READY_TIMEOUT_S = 900.0  # the parent's load and warm-up on a starved box
