@@ -212,15 +212,20 @@ def run_expectations(
     """Validate ``report`` with the GX suite; ERROR failures mean: block downstream."""
     limits = thresholds if thresholds is not None else default_thresholds()
     frame = checks_frame(report, limits)
-    batch = _gx()[1].get_batch(batch_parameters={"dataframe": frame})
-    # success alone first (half the cost: no unexpected values gathered); the failing rows
-    # only when something failed
-    result = batch.validate(_suite(limits), result_format={"result_format": "BOOLEAN_ONLY"})
-    if not result.success:
-        result = batch.validate(
-            _suite(limits),
-            result_format={"result_format": "SUMMARY", "partial_unexpected_count": len(frame)},
-        )
+    # GX gets the two columns its suite reads (it hashes and sizes the whole frame); the
+    # rows keep their index, so failing rows map back to ``frame``
+    margins = frame[list(_MARGIN_COLUMN.values())]
+    batch = _gx()[1].get_batch(batch_parameters={"dataframe": margins})
+    summary = {"result_format": "SUMMARY", "partial_unexpected_count": len(frame)}
+    # GX decides; the margins only choose what to ask it for: the failing rows at once when
+    # a margin is already below zero, else success alone (no unexpected values gathered,
+    # about two thirds of the cost), and the failing rows after all if GX disagrees
+    if bool((margins.to_numpy() < 0).any()):
+        result = batch.validate(_suite(limits), result_format=summary)
+    else:
+        result = batch.validate(_suite(limits), result_format={"result_format": "BOOLEAN_ONLY"})
+        if not result.success:
+            result = batch.validate(_suite(limits), result_format=summary)
     failing: set[int] = set()
     kinds: dict[str, str] = {}
     for res in result.results:
