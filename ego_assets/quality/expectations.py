@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from great_expectations.core.batch_definition import BatchDefinition
     from great_expectations.core.expectation_suite import ExpectationSuite
     from great_expectations.data_context import AbstractDataContext
+    from great_expectations.validator.v1_validator import Validator as V1Validator
 
     from ego_assets.quality.report import QualityReport
 
@@ -201,6 +202,17 @@ def _suite(thresholds: Thresholds) -> ExpectationSuite:
     return suite
 
 
+def _validator(frame: pd.DataFrame, result_format: dict[str, Any]) -> V1Validator:
+    """A GX validator of ``frame`` as a batch of the process's dataframe asset."""
+    from great_expectations.validator.v1_validator import Validator
+
+    return Validator(
+        batch_definition=_gx()[1],
+        batch_parameters={"dataframe": frame},
+        result_format=result_format,
+    )
+
+
 def warm_up(thresholds: Thresholds | None = None) -> None:
     """Import GX and build the context and suite now (about 10 s on a cold process)."""
     _suite(thresholds if thresholds is not None else default_thresholds())
@@ -215,17 +227,19 @@ def run_expectations(
     # GX gets the two columns its suite reads (it hashes and sizes the whole frame); the
     # rows keep their index, so failing rows map back to ``frame``
     margins = frame[list(_MARGIN_COLUMN.values())]
-    batch = _gx()[1].get_batch(batch_parameters={"dataframe": margins})
     summary = {"result_format": "SUMMARY", "partial_unexpected_count": len(frame)}
     # GX decides; the margins only choose what to ask it for: the failing rows at once when
     # a margin is already below zero, else success alone (no unexpected values gathered,
-    # about two thirds of the cost), and the failing rows after all if GX disagrees
-    if bool((margins.to_numpy() < 0).any()):
-        result = batch.validate(_suite(limits), result_format=summary)
-    else:
-        result = batch.validate(_suite(limits), result_format={"result_format": "BOOLEAN_ONLY"})
-        if not result.success:
-            result = batch.validate(_suite(limits), result_format=summary)
+    # about two thirds of the cost), and the failing rows after all if GX disagrees. The
+    # validator (what `Batch.validate` makes) loads the batch once for both passes.
+    predicted_failure = bool((margins.to_numpy() < 0).any())
+    validator = _validator(
+        margins, summary if predicted_failure else {"result_format": "BOOLEAN_ONLY"}
+    )
+    result = validator.validate_expectation_suite(_suite(limits))
+    if not result.success and not predicted_failure:
+        validator.result_format = summary
+        result = validator.validate_expectation_suite(_suite(limits))
     failing: set[int] = set()
     kinds: dict[str, str] = {}
     for res in result.results:

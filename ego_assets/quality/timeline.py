@@ -58,6 +58,9 @@ DUPLICATE = (240, 140, 0)
 SPEED = (33, 102, 172)
 TELEPORT_LINE = (215, 58, 73)
 BREAK = (150, 150, 150)
+# zlib level 1: 4.8 ms against 8.3 ms at Pillow's default (6) for a 1000x300 timeline,
+# 15 KB against 11 KB (the PNG is written with every quality report)
+PNG_COMPRESS_LEVEL = 1
 
 
 @dataclass(frozen=True)
@@ -289,5 +292,5 @@ def timeline_png(
     info.add_text("Title", title)
     info.add_text("legend", legend_text(top_mps))
     sink = io.BytesIO()
-    image.save(sink, format="PNG", optimize=False, pnginfo=info)
+    image.save(sink, format="PNG", optimize=False, compress_level=PNG_COMPRESS_LEVEL, pnginfo=info)
     return sink.getvalue()
