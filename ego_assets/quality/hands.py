@@ -183,7 +183,9 @@ def _bone_cv(stream: Stream, valid: np.ndarray) -> tuple[tuple[str, ...], np.nda
     measurable = counts >= 2
     if measurable.any():
         sub = lengths[:, measurable]
-        median = np.nanmedian(sub, axis=0)
+        # nanmedian goes column by column in Python; without a NaN it is np.median
+        has_nan = bool(np.isnan(sub).any())
+        median = np.nanmedian(sub, axis=0) if has_nan else np.median(sub, axis=0)
         std = np.nanstd(sub, axis=0)
         cv[measurable] = np.where(median > 0, std / np.where(median > 0, median, 1.0), np.nan)
     return bone_names, cv
@@ -207,28 +209,32 @@ def _longest_loss_s(stream: Stream, valid: np.ndarray) -> float:
     return float(np.diff(edges).max()) if edges.size > 1 else 0.0
 
 
-def wrist_steps(stream: Stream) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def wrist_steps(
+    stream: Stream, points: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Wrist motion between consecutive samples that both have a tracked wrist.
+
+    ``points``: `tracked_points` of ``stream`` when the caller has it already.
 
     Returns:
         (pair: (T-1,) bool, interval i -> i+1 measured; step_m: metres moved per
         measured interval; dt_s: its length in seconds, > 0), or None for streams
         without metric positions or with fewer than two samples. Speed = step_m / dt_s.
     """
-    got = tracked_points(stream)
+    got = points if points is not None else tracked_points(stream)
     if got is None or len(stream) < 2:
         return None
-    points, tracked = got
+    positions, tracked = got
     dt_s = np.diff(stream.timestamp_ns).astype(np.float64) / 1e9
     pair = tracked[:-1, 0] & tracked[1:, 0] & (dt_s > 0)
-    step_m = np.linalg.norm(np.diff(points[:, 0, :], axis=0), axis=1)[pair]
+    step_m = np.linalg.norm(np.diff(positions[:, 0, :], axis=0), axis=1)[pair]
     return pair, step_m, dt_s[pair]
 
 
 def _motion(stream: Stream, thresholds: Thresholds) -> tuple[float, float, int, float]:
     """(wrist speed p99 m/s, max m/s, teleport events, mean |third difference| m)."""
     got = tracked_points(stream)
-    steps = wrist_steps(stream)
+    steps = wrist_steps(stream, got)
     nan = float("nan")
     if got is None or steps is None:
         return nan, nan, 0, nan

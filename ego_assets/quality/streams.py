@@ -161,12 +161,24 @@ def _non_finite_valid(stream: Stream, valid: np.ndarray) -> int:
         arr = stream.fields.get(spec.name)
         if arr is None or arr.dtype.kind != "f" or n == 0:
             continue
+        finite = np.isfinite(arr)
+        if finite.all():  # the common case, one pass over the field
+            continue
         if joints is not None and spec.shape[:1] == ("J",):
-            per_joint = ~np.isfinite(arr.reshape(n, arr.shape[1], -1)).all(axis=2)
+            per_joint = ~_all_last(finite.reshape(n, arr.shape[1], -1))
             bad |= (per_joint & joints).any(axis=1)
         else:
-            bad |= ~np.isfinite(arr.reshape(n, -1)).all(axis=1)
+            bad |= ~_all_last(finite.reshape(n, -1))
     return int(np.count_nonzero(bad & valid))
+
+
+def _all_last(values: np.ndarray) -> np.ndarray:
+    """``values.all(axis=-1)`` of a bool array, one vectorised AND per component (numpy
+    reduces a short last axis slowly)."""
+    out = values[..., 0].copy()
+    for k in range(1, values.shape[-1]):
+        out &= values[..., k]
+    return out
 
 
 def _quat_norm_error(stream: Stream, valid: np.ndarray) -> float:
