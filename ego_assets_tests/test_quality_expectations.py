@@ -8,8 +8,17 @@ import sys
 import numpy as np
 import pytest
 
-from ego_assets.quality.expectations import checks_frame, run_expectations, warm_up
-from ego_assets.quality.report import compute_report
+from ego_assets.quality import expectations
+from ego_assets.quality.expectations import (
+    ExpectationResults,
+    _by_column,
+    _suite,
+    _validator,
+    checks_frame,
+    run_expectations,
+    warm_up,
+)
+from ego_assets.quality.report import QualityReport, compute_report
 from ego_assets.quality.thresholds import default_thresholds
 from ego_assets.trajectory.model import CaptureInfo, Trajectory
 from ego_assets.trajectory.streams import Stream, make_stream
@@ -77,6 +86,52 @@ def test_repeated_timestamps_only_warn() -> None:
     (warning,) = results.warnings
     assert warning.expectation.endswith("[duplicate_timestamp_ratio]")
     assert warning.observed == ("stream:head=0.00333333",)
+
+
+def _faulty_report() -> QualityReport:
+    """An error (a hand never seen, a backwards stamp) and a warning (repeated stamps)."""
+    t = np.arange(600) / 60.0
+    t[100] = t[98]
+    t[[50, 200]] = t[[49, 199]]
+    return compute_report(_episode(t, ("right",)))
+
+
+def _observed(results: ExpectationResults) -> list[tuple[str, bool, tuple[str, ...]]]:
+    return [(o.expectation, o.success, o.observed) for o in results.outcomes]
+
+
+def test_the_failing_rows_named_are_those_gx_itself_finds_unexpected() -> None:
+    report = _faulty_report()
+    frame = checks_frame(report, default_thresholds())
+    gx_rows = _validator(frame, {"result_format": "SUMMARY", "partial_unexpected_count": 99})
+    result = gx_rows.validate_expectation_suite(_suite(default_thresholds()))
+    unexpected = {
+        f"{frame.at[i, 'scope']}={frame.at[i, 'value']:g}"
+        for res in result.results
+        for i in res.result["partial_unexpected_index_list"]
+    }
+    results = run_expectations(report)
+    assert not results.passed
+    assert {row for o in results.outcomes for row in o.observed} == unexpected
+    assert [o.observed for o in results.errors] == [("stream:head=1",), ("hand:left=1",)]
+
+
+def test_gx_names_the_rows_when_its_verdicts_and_the_margins_disagree(monkeypatch) -> None:
+    report = _faulty_report()
+    expected = _observed(run_expectations(report))
+    calls = []
+
+    def contrary(result):  # the first pass's verdicts turned around
+        by_column = _by_column(result)
+        calls.append(result)
+        if len(calls) == 1:
+            for res in by_column.values():
+                res.success = not res.success
+        return by_column
+
+    monkeypatch.setattr(expectations, "_by_column", contrary)
+    assert _observed(run_expectations(report)) == expected
+    assert len(calls) == 2  # success alone, then GX's own rows
 
 
 def test_checks_frame_holds_margins_in_the_column_of_the_severity() -> None:

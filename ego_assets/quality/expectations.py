@@ -32,7 +32,14 @@ if TYPE_CHECKING:
     import pandas as pd
     from great_expectations.core.batch_definition import BatchDefinition
     from great_expectations.core.expectation_suite import ExpectationSuite
+    from great_expectations.core.expectation_validation_result import (
+        ExpectationSuiteValidationResult,
+        ExpectationValidationResult,
+    )
     from great_expectations.data_context import AbstractDataContext
+    from great_expectations.expectations.expectation_configuration import (
+        ExpectationConfiguration,
+    )
     from great_expectations.validator.v1_validator import Validator as V1Validator
 
     from ego_assets.quality.report import QualityReport
@@ -227,28 +234,31 @@ def run_expectations(
     # GX gets the two columns its suite reads (it hashes and sizes the whole frame); the
     # rows keep their index, so failing rows map back to ``frame``
     margins = frame[list(_MARGIN_COLUMN.values())]
-    summary = {"result_format": "SUMMARY", "partial_unexpected_count": len(frame)}
-    # GX decides; the margins only choose what to ask it for: the failing rows at once when
-    # a margin is already below zero, else success alone (no unexpected values gathered,
-    # about two thirds of the cost), and the failing rows after all if GX disagrees. The
-    # validator (what `Batch.validate` makes) loads the batch once for both passes.
-    predicted_failure = bool((margins.to_numpy() < 0).any())
-    validator = _validator(
-        margins, summary if predicted_failure else {"result_format": "BOOLEAN_ONLY"}
-    )
-    result = validator.validate_expectation_suite(_suite(limits))
-    if not result.success and not predicted_failure:
-        validator.result_format = summary
-        result = validator.validate_expectation_suite(_suite(limits))
-    failing: set[int] = set()
-    kinds: dict[str, str] = {}
-    for res in result.results:
-        config = res.expectation_config
-        if config is None:
-            raise RuntimeError("GX returned a result without its expectation configuration")
-        column = str(config.kwargs["column"])
-        kinds[column] = str(config.type)
-        failing.update(int(i) for i in (res.result or {}).get("partial_unexpected_index_list", []))
+    below = {
+        str(column): {int(i) for i in margins.index[margins[column].to_numpy() < 0]}
+        for column in margins.columns
+    }
+    # GX decides which expectation fails, asked for success alone (no unexpected values
+    # gathered: about half the cost of SUMMARY). The failing rows are those whose margin is
+    # below zero, what the suite's between-0-and-None expectation finds unexpected; when
+    # GX's verdicts and those rows disagree, GX is asked for its own rows. The validator
+    # (what `Batch.validate` makes) loads the batch once for both passes.
+    validator = _validator(margins, {"result_format": "BOOLEAN_ONLY"})
+    by_column = _by_column(validator.validate_expectation_suite(_suite(limits)))
+    if all(res.success == (not below[column]) for column, res in by_column.items()):
+        failing = {i for column, res in by_column.items() if not res.success for i in below[column]}
+    else:
+        validator.result_format = {
+            "result_format": "SUMMARY",
+            "partial_unexpected_count": len(frame),
+        }
+        by_column = _by_column(validator.validate_expectation_suite(_suite(limits)))
+        failing = {
+            int(i)
+            for res in by_column.values()
+            for i in (res.result or {}).get("partial_unexpected_index_list", [])
+        }
+    kinds = {column: _kind(res) for column, res in by_column.items()}
     outcomes = []
     for check in CHECKS:
         rows = frame.index[frame["check"] == check.name]
@@ -267,3 +277,20 @@ def run_expectations(
     if failed:
         log.info("capture %s: failed checks: %s", report.capture_id, failed)
     return ExpectationResults(tuple(outcomes))
+
+
+def _by_column(result: ExpectationSuiteValidationResult) -> dict[str, ExpectationValidationResult]:
+    """Each expectation's result of ``result`` by the column it validates."""
+    return {str(_config(res).kwargs["column"]): res for res in result.results}
+
+
+def _kind(result: ExpectationValidationResult) -> str:
+    """The expectation type of ``result`` (``expect_column_values_to_be_between``)."""
+    return str(_config(result).type)
+
+
+def _config(result: ExpectationValidationResult) -> ExpectationConfiguration:
+    config = result.expectation_config
+    if config is None:
+        raise RuntimeError("GX returned a result without its expectation configuration")
+    return config
