@@ -122,7 +122,7 @@ def _library(storage: Any, kinds: dict[str, str]) -> dict[str, dict[str, Any]]:
     from ego_assets import pipeline
     from ego_assets.exports.run import run_export
 
-    exporters = {fmt.name: fmt.exporter_class()() for fmt in registry.formats()}
+    exporters = {fmt.name: fmt.exporter_class()() for fmt in registry.run_order()}
     out: dict[str, dict[str, Any]] = {}
     for key, kind in kinds.items():
         start, cpu = time.perf_counter(), _cpu_s()
@@ -311,7 +311,7 @@ def _api_exports(
             if status not in (200, 202) or state.get("status") != "ready":
                 raise RuntimeError(f"warm-up POST {path}: {status} {state}")
         out = {}
-        for fmt in registry.formats():
+        for fmt in registry.run_order():
             path = f"/captures/{key}/{fmt.route}"
             asked = time.monotonic()
             status, body = _post(url, path, {"force": True})

@@ -18,7 +18,7 @@ from ego_assets.capture.files import CaptureFiles
 from ego_assets.capture.manifest import write_marker
 from ego_assets.capture.media import probe_video
 from ego_assets.fixtures import real_fixture
-from ego_assets.formats import lerobot_video
+from ego_assets.formats import camera_sample, lerobot_video
 from ego_assets.formats.ceres_episode import (
     ACTION_NAMES,
     STATE_NAMES,
@@ -501,7 +501,7 @@ def test_reencode_in_parts_matches_one_part(tmp_path):
     assert whole.frames == joined.frames == len(rows) == 971
     assert sorted(p.name for p in tmp_path.iterdir()) == ["joined.mp4", "source.mp4", "whole.mp4"]
     np.testing.assert_array_equal(joined.pixels.histogram, whole.pixels.histogram)
-    assert joined.pixels.images == whole.pixels.images == lerobot_video.STATS_SAMPLES
+    assert joined.pixels.images == whole.pixels.images == camera_sample.STATS_SAMPLES
     np.testing.assert_allclose(frame_times(tmp_path / "joined.mp4"), np.arange(971) / 30)
     with av.open(str(tmp_path / "joined.mp4")) as inp:
         keys = [p.is_keyframe for p in inp.demux(video=0) if p.size]
@@ -560,7 +560,7 @@ def test_remux_statistics_skip_only_frames_nothing_refers_to(tmp_path: Path) -> 
             frame.pts = k
             out.mux(stream.encode(frame))
         out.mux(stream.encode(None))
-    sampled = set(lerobot_video._sample(90, lerobot_video.STATS_SAMPLES // 2).tolist())
+    sampled = set(camera_sample.sample_indices(90, camera_sample.STATS_SAMPLES // 2).tolist())
     expected = np.zeros((3, 256), np.int64)
     with av.open(str(src)) as inp:  # every frame decoded, sampled by output order
         for k, frame in enumerate(inp.decode(video=0)):
@@ -572,7 +572,7 @@ def test_remux_statistics_skip_only_frames_nothing_refers_to(tmp_path: Path) -> 
     skipped = lerobot_video.inspect_video(src)
     assert skipped.frames == 90 and skipped.remuxable
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lerobot_video, "STATS_SAMPLES", lerobot_video.STATS_SAMPLES // 2)
+        patch.setattr(camera_sample, "STATS_SAMPLES", camera_sample.STATS_SAMPLES // 2)
         result = lerobot_video.remux(src, tmp_path / "out.mp4", 30)
     assert result.remuxed and result.frames == 90
     assert result.pixels.images == len(sampled) == 50

@@ -16,6 +16,7 @@ import yaml
 from ego_assets.catalog_definitions import build_catalog_defs
 from ego_assets.definitions import build_assets, build_defs
 from ego_assets.defs.resources import StorageResource
+from ego_assets.exports import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a capture run's load must not import (seconds each; a step imports what it uses):
@@ -117,9 +118,12 @@ def capture_job_at_env_root() -> dg.JobDefinition:
     return build_defs(storage, catalog=False).resolve_job_def("capture_job")
 
 
-def test_capture_job_runs_its_steps_in_the_run_process_by_default(
+def test_capture_job_runs_its_steps_in_the_run_process_by_default_egosmith_before_ceres(
     tmp_path: Path,
 ) -> None:
+    """Every step of a capture run in the run's process, and the exports in
+    `registry.run_order` (the ``dagster/priority`` step tag): EgoSmith's decode leaves
+    CERES its camera statistics (`ego_assets.formats.camera_sample`)."""
     from ego_assets.synth import synthesize
 
     storage = StorageResource(root=str(tmp_path))
@@ -139,6 +143,7 @@ def test_capture_job_runs_its_steps_in_the_run_process_by_default(
             instance.add_dynamic_partitions("captures", ["good-1", "bad-1", "good-2"])
             outcome = {}
             pids = {}
+            started = {}
             for key in ("good-1", "bad-1", "good-2"):
                 with dg.execute_job(
                     dg.reconstructable(capture_job_at_env_root),
@@ -149,11 +154,18 @@ def test_capture_job_runs_its_steps_in_the_run_process_by_default(
                     outcome[key] = result.success
                     events = result.all_events
                     pids[key] = {e.pid for e in events if e.is_step_event}
+                    started[key] = [
+                        e.step_key for e in events if e.event_type_value == "STEP_START"
+                    ]
                     assert not [e for e in events if e.event_type_value == "STEP_WORKER_STARTING"]
     finally:
         del os.environ[ROOT_ENV]
     assert outcome == {"good-1": True, "bad-1": False, "good-2": True}
     assert all(len(p) == 1 for p in pids.values()), pids  # every step in one process
+    for key in ("good-1", "good-2"):
+        exports = [step for step in started[key] if step in registry.names()]
+        assert sorted(exports) == sorted(registry.names()), started[key]
+        assert exports.index("egosmith_shards") < exports.index("ceres_episode"), exports
     exports = tmp_path / "exports"
     for key in ("good-1", "good-2"):
         assert (exports / "holos_hdf5" / key / f"{key}.h5").stat().st_size > 0

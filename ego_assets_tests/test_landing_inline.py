@@ -1,6 +1,7 @@
 """The landing sensor takes a lone short capture through every asset in its tick
 (`ego_assets.defs.landing_inline`), and leaves to a run what it should not take."""
 
+import json
 import os
 import time
 from pathlib import Path
@@ -106,6 +107,37 @@ def test_a_lone_short_capture_is_materialized_by_the_tick_with_every_asset_and_i
         for name in PER_CAPTURE_ASSETS:
             assert instance.get_materialized_partitions(dg.AssetKey(name)) == {"lone-1"}
         assert instance.get_dynamic_partitions("captures") == ["lone-1"]
+
+
+def test_the_tick_exports_egosmith_before_ceres_whose_remux_then_decodes_nothing(
+    tmp_path, monkeypatch
+):
+    """EgoSmith's decode leaves CERES the sample behind its camera statistics
+    (`camera_sample`): the tick runs it first, and CERES counts no frame itself."""
+    from ego_assets.defs import landing_inline
+    from ego_assets.formats import lerobot_video
+
+    ran: list[str] = []
+
+    def recorded(store, key, exporter, **kwargs):
+        ran.append(exporter.format.name)
+        return run_export(store, key, exporter, **kwargs)
+
+    counted: list[int] = []
+    count = lerobot_video.frame_histogram
+    monkeypatch.setattr(landing_inline, "run_export", recorded)
+    monkeypatch.setattr(lerobot_video, "frame_histogram", lambda *a: counted.append(1) or count(*a))
+    _synth(tmp_path, "order-1")
+    with dg.instance_for_test() as instance:
+        result = _evaluate(tmp_path, instance)
+    assert ran == [f.name for f in registry.run_order()]
+    assert ran.index("egosmith_shards") < ran.index("ceres_episode")
+    assert counted == []
+    shard = next((tmp_path / "exports" / "ceres-lerobot-v3" / "order-1").rglob("meta/info.json"))
+    assert json.loads(shard.read_text())["features"]["observation.images.passthrough"]
+    # the events keep the registry's display order
+    names = [e.asset_key.path[-1] for e in result.asset_events if hasattr(e, "asset_key")]
+    assert [n for n in names if n in registry.names()] == list(registry.names())
 
 
 def test_two_captures_in_one_tick_go_to_a_packed_run(tmp_path):

@@ -9,7 +9,10 @@ from here:
   (``python`` and ``storage_kind``), the step pod's resources (``step_resources``);
 * the run config: one field per `ExportOption` of the exporter class (``exporter_of``),
   plus ``force`` (write again even when the stored export is current);
-* the partition's metadata: the exporter's ``details`` then the step's figures.
+* the partition's metadata: the exporter's ``details`` then the step's figures;
+* the step's priority in a run (`priority_tags` of ``run_priority``): Dagster's executors
+  start the ready step with the highest ``dagster/priority`` first, so a capture run's
+  in-process steps export in `registry.run_order` (EgoSmith before CERES).
 
 Every exporter asset depends on the set's trajectory and quality report, sits in the
 set's ``exports`` group, runs `run_export` over the run's partitions (one chunk of a
@@ -52,6 +55,12 @@ EXPORTS_GROUP = "exports"
 # on a materialization written outside a run: what wrote it (the export API's inline export)
 EXPORTED_BY_TAG = "ego/exported_by"
 FORCE_DESCRIPTION = "write the export again even when it is current"
+# The step tags of a priority: Dagster's own (the in-process and multiprocess executors
+# sort ready steps by it) and the Celery executor's (which warns when only Dagster's is
+# set), as an offset from its default task priority (dagster_celery: 5).
+PRIORITY_TAG = "dagster/priority"
+CELERY_PRIORITY_TAG = "dagster-celery/priority"
+CELERY_DEFAULT_PRIORITY = 5
 
 
 @functools.cache  # one class per format: the packing asset of a format shares it
@@ -72,6 +81,17 @@ def exporter_for(fmt: ExportFormat, options: dict[str, Any]) -> Exporter:
     """``fmt``'s exporter with the option values of a run's config (``force`` included)."""
     exporter: Exporter = fmt.exporter_class().from_options(options)
     return exporter
+
+
+def priority_tags(priority: int) -> dict[str, str]:
+    """The op tags that start a step of ``priority`` before the ready steps of a lower one
+    in its run (none for 0, the default)."""
+    if not priority:
+        return {}
+    return {
+        PRIORITY_TAG: str(priority),
+        CELERY_PRIORITY_TAG: str(CELERY_DEFAULT_PRIORITY + priority),
+    }
 
 
 def _metadata_value(value: Any) -> Any:
@@ -116,7 +136,7 @@ def build_export_asset(cs: CaptureSet, fmt: ExportFormat) -> dg.AssetsDefinition
         group_name=cs.group(EXPORTS_GROUP),
         kinds={"python", fmt.storage_kind},
         code_version=fmt.code_version,
-        op_tags=k8s_resources(cpu, memory),
+        op_tags={**k8s_resources(cpu, memory), **priority_tags(fmt.run_priority)},
         output_required=False,
         description=fmt.description,
     )(export)

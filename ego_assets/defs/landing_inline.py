@@ -7,8 +7,9 @@ and one step per asset, each with its events in the instance: about 4.6 s on a q
 for about 0.5 s of work on a 10 s capture (docs/deploy.md, "The path every capture
 takes"). When a tick finds exactly one new capture, the sensor (already loaded, in the
 code server) does that work itself: the raw copy, the trajectory, the quality report
-and every export, through the same pipeline functions the assets call, then hands
-Dagster one materialization per asset and the export gate's check evaluation for the
+and every export (in `registry.run_order`: EgoSmith's decode leaves CERES its camera
+statistics), through the same pipeline functions the assets call, then hands Dagster
+one materialization per asset and the export gate's check evaluation for the
 capture's partitions (`dg.SensorResult.asset_events`, written by the daemon as runless
 events: the same metadata, data versions and code versions as the assets' steps, tagged
 `INLINE_TAG` = ``landing_sensor``).
@@ -101,13 +102,15 @@ def inline_capture_events(
         return [], "its gate blocks an export"
     record("quality_report", build_quality_report(cs), quality, quality_metadata(store, key, gate))
     events.append(gate_check_evaluation(cs.key("quality_report"), key, gate))
-    for fmt in registry.formats():
+    exported = {}
+    for fmt in registry.run_order():  # EgoSmith's decode serves CERES's camera statistics
         options = dg.Config.model_dump(export_config(fmt)())  # the asset's default config
         exporter = exporter_for(fmt, options)
         result = run_export(store, key, exporter, force=False)
-        events.append(
-            export_materialization(cs.key(fmt.name), exporter, store, key, result, INLINE_BY)
+        exported[fmt] = export_materialization(
+            cs.key(fmt.name), exporter, store, key, result, INLINE_BY
         )
+    events += [exported[fmt] for fmt in registry.formats()]
     return events, ""
 
 

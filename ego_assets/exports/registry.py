@@ -3,8 +3,10 @@
 Every caller iterates `formats()` (or looks an entry up by name, route or policy key)
 at call time: the Dagster assets, checks and jobs, the capture sets' asset list, the
 API routes and the page's columns, the export policy, the catalog's receipts, staging
-and coverage, the demo's tables and the CLI. Adding a format is one writer module plus
-one entry in `FORMATS` (``docs/architecture.md``).
+and coverage, the demo's tables and the CLI. Whatever runs a capture's exports one after
+another in one process takes them in `run_order` (EgoSmith before CERES: see
+`ExportFormat.run_priority`). Adding a format is one writer module plus one entry in
+`FORMATS` (``docs/architecture.md``).
 
 An entry names the format five ways, each for one audience:
 
@@ -84,6 +86,9 @@ class ExportFormat:
         storage_kind: what the export is stored as (a Dagster kind beside ``python``).
         step_resources: CPU and memory (Kubernetes quantities) one export step of a
             chunk of 10-minute episodes needs; the step's pod requests them.
+        run_priority: where a capture's exports run one after another in one process
+            (`run_order`: the landing sensor's inline path, a capture run's in-process
+            steps), higher runs first; the display order stays `FORMATS`'.
     """
 
     name: str
@@ -100,6 +105,7 @@ class ExportFormat:
     description: str = ""
     storage_kind: str = "files"
     step_resources: tuple[str, str] = ("1", "2Gi")
+    run_priority: int = 0
 
     def __post_init__(self) -> None:
         if self.receipt_layout not in RECEIPT_LAYOUTS:
@@ -177,6 +183,10 @@ EGOSMITH = ExportFormat(
     storage_kind="files",
     # Decodes one video and JPEG-encodes it frame by frame: CPU bound, one frame in memory.
     step_resources=("1", "2Gi"),
+    # Before CERES: its decode leaves the sample behind CERES's camera statistics, which a
+    # CERES export of the same video in the process then takes instead of decoding
+    # (`ego_assets.formats.camera_sample`).
+    run_priority=1,
 )
 
 # Every export format, in the order the page, the demo and the catalog show them.
@@ -186,6 +196,12 @@ FORMATS: tuple[ExportFormat, ...] = (HOLOS, CERES, EGOSMITH)
 def formats() -> tuple[ExportFormat, ...]:
     """Every export format now (callers ask at call time, never keep a copy at import)."""
     return FORMATS
+
+
+def run_order() -> tuple[ExportFormat, ...]:
+    """Every export format in the order to run them one after another in one process:
+    highest `ExportFormat.run_priority` first, `FORMATS` order among equals."""
+    return tuple(sorted(formats(), key=lambda f: -f.run_priority))
 
 
 def names() -> tuple[str, ...]:

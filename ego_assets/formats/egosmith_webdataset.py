@@ -19,9 +19,12 @@ Video is decoded with PyAV (FFmpeg's threads) and re-encoded with libjpeg-turbo
 encoder (no RGB round trip). Two worker threads turn decoded frames into finished tar
 bytes (JPEG, ``.npy`` rows behind a header made once, meta, tar headers) while the next
 frames decode; the calling thread only appends those bytes in order and hashes them, so
-memory stays at a few frames whatever the episode length. Folders are written to a temporary
-sibling and renamed into place, and each one's index file is written last, so a killed
-export never leaves a folder that a reader would take as finished.
+memory stays at a few frames whatever the episode length. The workers also count the
+sample of frames behind CERES's camera statistics and leave it for a CERES export of the
+same video in this process (`camera_sample`), which then decodes nothing. Folders are
+written to a temporary sibling and renamed into place, and each one's index file is
+written last, so a killed export never leaves a folder that a reader would take as
+finished.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import numpy as np
 
-from ego_assets.formats import egosmith_constants
+from ego_assets.formats import camera_sample, egosmith_constants
 from ego_assets.formats.egosmith_lowdim import EpisodeArrays, HeadCamera, episode_arrays
 from ego_assets.progress import WRITE_TASK, report
 from ego_assets.trajectory.model import MediaRef, Trajectory
@@ -572,6 +575,13 @@ def write_episode(
     depth_frames = iter_depth_frames(depth[0], depth[1].unit) if use_depth and depth else None
     samples = _EpisodeSamples.build(keys, arrays, base, options.jpeg_quality)
     where = f"capture {trajectory.info.capture_id!r}, file {camera.media.path!r}"
+    # the sample behind CERES's camera statistics, counted on the encode workers and left
+    # for a CERES export of the same video in this process (`camera_sample`)
+    sampler, identity = camera_sample.FrameSampler(n), camera_sample.file_identity(video)
+
+    def encode(i: int, frame: av.VideoFrame, depth: np.ndarray | None) -> bytes:
+        sampler.observe(i, frame)
+        return samples.tar_bytes(i, frame, depth)
 
     def work(frames: Iterator[av.VideoFrame]) -> Iterator[tuple[Any, ...]]:
         for i, frame in enumerate(frames):
@@ -585,7 +595,7 @@ def write_episode(
     count = 0
     try:
         with decoded_frames(video) as frames:
-            for data in ordered_map(samples.tar_bytes, work(frames)):
+            for data in ordered_map(encode, work(frames)):
                 report(WRITE_TASK, count, n)
                 writer.write_sample(data)
                 count += 1
@@ -595,6 +605,9 @@ def write_episode(
         raise ValueError(
             f"{where}: {count} video frames decoded, {camera.frames.name!r} has {n} rows"
         )
+    sampled = sampler.result(count)
+    if sampled is not None:
+        camera_sample.publish(identity, sampled)
     left, right = arrays.hands
     summary = EpisodeSummary(
         capture_id=trajectory.info.capture_id,

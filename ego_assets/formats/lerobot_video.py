@@ -22,10 +22,13 @@ base) and exactly one frame per exported row.
   (a background thread) overlaps encoding (the caller's thread).
 
 Both also return per-channel pixel statistics of a sample of frames (values in [0, 1],
-LeRobot's convention for camera stats). On the remux path a long video's sample is
-taken from keyframes so no other frame is decoded; a short one's (every frame up to
-`SHORT_VIDEO_FRAMES`) decodes every reference frame and the sampled frames, skipping the
-frames nothing refers to that are not sampled (the decoded pictures are the same).
+LeRobot's convention for camera stats; the sample and its counts: `camera_sample`). On
+the remux path a long video's sample is taken from keyframes so no other frame is
+decoded; a short one's (every frame up to `SHORT_VIDEO_FRAMES`) is the sample a decode
+of the whole file left in this process (EgoSmith's, `camera_sample.shared`) when there
+is one, and nothing is decoded; otherwise every reference frame and the sampled frames
+are decoded, skipping the frames nothing refers to that are not sampled (the decoded
+pictures are the same).
 """
 
 from __future__ import annotations
@@ -42,9 +45,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ego_assets.formats import camera_sample
+from ego_assets.formats.camera_sample import (
+    STATS_SAMPLES,
+    SampledFrames,
+    frame_histogram,
+    sample_indices,
+)
+
 if TYPE_CHECKING:
     import av  # imported where used: a code location defining assets loads no PyAV
-    from av.video.reformatter import VideoReformatter
 
 # Codecs and pixel format LeRobot's decoders (PyAV, torchcodec) read from an mp4.
 REMUX_CODECS = frozenset({"h264", "hevc", "av1"})
@@ -67,10 +77,8 @@ DECODE_AHEAD = 8
 # Re-encoding in parts: at most this many, of at least this many rows each.
 MAX_PARTS = 8
 MIN_PART_ROWS = 300
-# Frames sampled for the camera statistics, and their size (long side, pixels).
-STATS_SAMPLES = 100
-STATS_LONG_SIDE = 160
-# Up to this many frames the remux path decodes them all for the statistics.
+# Up to this many frames the remux path decodes them all for the statistics (unless a
+# decode of the whole video in this process left them: `camera_sample.shared`).
 SHORT_VIDEO_FRAMES = 3 * STATS_SAMPLES
 MUX_OPTIONS = {"fflags": "+bitexact"}
 
@@ -181,24 +189,6 @@ def inspect_video(path: Path) -> SourceVideo:
     return _timing(path)[0]
 
 
-def _sample(n: int, k: int) -> np.ndarray:
-    """Up to ``k`` evenly spread indices of ``range(n)``."""
-    if n <= k:
-        return np.arange(n)
-    return np.unique(np.linspace(0, n - 1, k).round().astype(np.int64))
-
-
-def _histogram(frame: av.VideoFrame, reformatter: VideoReformatter) -> np.ndarray:
-    """(3, 256) counts of a frame's RGB values, downscaled to `STATS_LONG_SIDE` by
-    ``reformatter`` (one a video: its scaler is set up once, not once a frame as
-    ``frame.reformat`` does; the same pixels)."""
-    scale = STATS_LONG_SIDE / max(frame.width, frame.height)
-    width = max(2, round(frame.width * min(scale, 1.0)))
-    height = max(2, round(frame.height * min(scale, 1.0)))
-    rgb = reformatter.reformat(frame, width=width, height=height, format="rgb24").to_ndarray()
-    return np.stack([np.bincount(rgb[..., c].ravel(), minlength=256) for c in range(3)])
-
-
 def histogram_stats(histogram: np.ndarray, images: int) -> dict[str, np.ndarray]:
     """min, max, mean, std, q01..q99 per channel of (3, 256) counts, scaled to [0, 1]."""
     values = np.arange(256, dtype=np.float64) / 255.0
@@ -236,7 +226,10 @@ def quantile_name(q: float) -> str:
 def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> VideoResult:
     """Copy the packets of ``src`` into the mp4 ``dst``; frame ``k`` at ``k / fps``.
 
-    ``source`` is `inspect_video` of ``src`` when the caller has it already.
+    ``source`` is `inspect_video` of ``src`` when the caller has it already. A short
+    video's camera statistics come from the sample a decode of the same file left in this
+    process (`camera_sample.shared`, EgoSmith's) when it is the sample taken here; then
+    nothing is decoded.
 
     Raises:
         ValueError: ``src`` is not remuxable (see `SourceVideo.remuxable`).
@@ -252,12 +245,11 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
     # Short videos: decode every frame and sample evenly. Long ones: decode only a
     # sample of keyframes (no other frame depends on them), so the copy stays cheap.
     decode_all = info.frames <= SHORT_VIDEO_FRAMES
-    if decode_all:
-        sampled = set(_sample(info.frames, STATS_SAMPLES).tolist())
-    else:
-        sampled = set(info.keyframes[_sample(len(info.keyframes), STATS_SAMPLES)].tolist())
-    histogram = np.zeros((3, 256), dtype=np.int64)
-    images = 0
+    picks = sample_indices(info.frames if decode_all else len(info.keyframes))
+    sampled = set((picks if decode_all else info.keyframes[picks]).tolist())
+    known = _shared_sample(src, info, picks) if decode_all else None
+    histogram = np.zeros((3, 256), dtype=np.int64) if known is None else known.histogram.copy()
+    images = 0 if known is None else known.images
     out_tb = Fraction(1, fps)
     reformatter = av.video.reformatter.VideoReformatter()
 
@@ -267,7 +259,7 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
         if decode_all and frame.pts is None:
             raise ValueError(f"{src}: decoded a frame without a timestamp")
         if not decode_all or (int(frame.pts or 0) - offset) // step in sampled:
-            histogram += _histogram(frame, reformatter)
+            histogram += frame_histogram(frame, reformatter)
             images += 1
 
     with av.open(str(src)) as inp, av.open(str(dst), "w", format="mp4", options=MUX_OPTIONS) as out:
@@ -285,18 +277,33 @@ def remux(src: Path, dst: Path, fps: int, source: SourceVideo | None = None) -> 
                 continue
             assert packet.pts is not None
             index = (packet.pts - offset) // step
-            if decode_all:
+            if decode_all and known is None:
                 # a frame no other frame refers to is decoded only when it is sampled:
                 # the others decode exactly as before (about 30 % fewer frames decoded)
                 ctx.skip_frame = "DEFAULT" if index in sampled else "NONREF"
-            if decode_all or (index in sampled and packet.is_keyframe):
-                for frame in ctx.decode(packet):
-                    take(frame)
+                decoded = ctx.decode(packet)
+            elif not decode_all and index in sampled and packet.is_keyframe:
+                decoded = ctx.decode(packet)
+            else:
+                decoded = []
+            for frame in decoded:
+                take(frame)
             dts = packet.dts if packet.dts is not None else packet.pts
             _mux_copied(out, ost, packet, index, (dts - offset) // step, out_tb)
-        for frame in ctx.decode(None):
-            take(frame)
+        if known is None:
+            for frame in ctx.decode(None):
+                take(frame)
     return VideoResult(info.frames, True, PixelStats(histogram, images))
+
+
+def _shared_sample(src: Path, info: SourceVideo, picks: np.ndarray) -> SampledFrames | None:
+    """The sample another decode of ``src`` left in this process (`camera_sample.shared`),
+    if its frame count and sampled frames' presentation times are those of ``picks``
+    (presentation indices) in ``info``; else None (the remux decodes)."""
+    found = camera_sample.shared(src)
+    if found is None or len(info.pts) != info.frames:
+        return None
+    return found if found.matches(info.frames, info.pts[picks]) else None
 
 
 def _mux_copied(
@@ -433,7 +440,7 @@ def _row_frames(
             )
         if position != wanted or current is None:
             raise ValueError(f"{src}: frame {wanted} of row {row} was not decoded")
-        yield row, current, _histogram(current, reformatter) if row in sampled else None
+        yield row, current, frame_histogram(current, reformatter) if row in sampled else None
 
 
 def _ahead(items: Iterator[Any], depth: int) -> Iterator[Any]:
@@ -618,7 +625,7 @@ def reencode(
     rows = np.asarray(frame_for_row, dtype=np.int64)
     if len(rows) and (np.diff(rows) < 0).any():
         raise ValueError(f"{src}: rows must take source frames in order")
-    sampled = set(_sample(len(rows), STATS_SAMPLES).tolist())
+    sampled = set(sample_indices(len(rows)).tolist())
     with av.open(str(src)) as probe:
         ctx = probe.streams.video[0].codec_context
         size = (int(ctx.width), int(ctx.height))

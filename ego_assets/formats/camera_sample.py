@@ -1,0 +1,168 @@
+"""The sample of frames behind LeRobot's camera statistics, shared by two decodes of a video.
+
+CERES's ``meta/stats.json`` describes the camera by per-channel counts of the RGB values
+of up to `STATS_SAMPLES` evenly spread frames (`sample_indices`), each scaled to
+`STATS_LONG_SIDE` pixels on its long side (`frame_histogram`). For a short video
+`lerobot_video.remux` decodes the frames to count them; EgoSmith
+(`egosmith_webdataset.write_episode`) decodes every frame of the same raw video to
+JPEG-encode it. When both run in one process (the landing sensor's inline path, a
+capture run's in-process steps), EgoSmith's pass counts the sample on its encode
+workers (`FrameSampler`) and leaves the result here (`publish`), keyed by the video
+file's identity; the remux then takes it (`shared`) and decodes nothing, when the frame
+count and the sampled frames' timestamps are those it would sample. The counts are
+then the same numbers: the sampled frames are the same pictures (H.264, HEVC and AV1
+decode bit-exactly with or without frame threads) scaled the same way.
+
+The cache keeps the last `MAX_SHARED` videos' samples (a few kilobytes each), in this
+process only. A video rewritten or replaced in place gets a new identity (inode, size,
+modification or change time), so a stale sample is never taken.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import av  # imported where used: a code location defining assets loads no PyAV
+    from av.video.reformatter import VideoReformatter
+
+# Frames sampled for the camera statistics, and their size (long side, pixels).
+STATS_SAMPLES = 100
+STATS_LONG_SIDE = 160
+# Videos whose sample this process keeps (`publish`), the oldest dropped first.
+MAX_SHARED = 128
+
+FileIdentity = tuple[str, int, int, int, int, int]
+
+
+def sample_indices(n: int, k: int | None = None) -> np.ndarray:
+    """Up to ``k`` (default `STATS_SAMPLES`) evenly spread indices of ``range(n)`` (int64,
+    increasing)."""
+    k = STATS_SAMPLES if k is None else k
+    if n <= k:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, k).round().astype(np.int64))
+
+
+def frame_histogram(frame: av.VideoFrame, reformatter: VideoReformatter) -> np.ndarray:
+    """(3, 256) int64 counts of a frame's RGB values, downscaled to `STATS_LONG_SIDE` by
+    ``reformatter`` (one a video or a thread: its scaler is set up once, not once a frame
+    as ``frame.reformat`` does; the same pixels)."""
+    scale = STATS_LONG_SIDE / max(frame.width, frame.height)
+    width = max(2, round(frame.width * min(scale, 1.0)))
+    height = max(2, round(frame.height * min(scale, 1.0)))
+    rgb = reformatter.reformat(frame, width=width, height=height, format="rgb24").to_ndarray()
+    return np.stack([np.bincount(rgb[..., c].ravel(), minlength=256) for c in range(3)])
+
+
+_THREAD = threading.local()
+
+
+def thread_reformatter() -> VideoReformatter:
+    """This thread's scaler for `frame_histogram` (a `VideoReformatter` is not shared
+    between threads)."""
+    reformatter = getattr(_THREAD, "reformatter", None)
+    if reformatter is None:
+        import av.video.reformatter
+
+        reformatter = _THREAD.reformatter = av.video.reformatter.VideoReformatter()
+    return reformatter
+
+
+@dataclass(frozen=True, slots=True)
+class SampledFrames:
+    """What one decode of a whole video counted for the camera statistics.
+
+    Attributes:
+        frames: frames the decode gave (presentation order).
+        pts: (S,) int64 presentation time of each sampled frame (``sample_indices(frames)``
+            of the decode's output), in the stream's time base; -1 for a frame without one.
+        histogram: (3, 256) int64 RGB value counts of those frames (`frame_histogram`).
+        images: frames counted (S).
+    """
+
+    frames: int
+    pts: np.ndarray
+    histogram: np.ndarray
+    images: int
+
+    def matches(self, frames: int, pts: np.ndarray) -> bool:
+        """Whether this is the sample of a video of ``frames`` frames whose sampled frames
+        (``sample_indices(frames)`` in presentation order) have presentation times ``pts``."""
+        return self.frames == frames and np.array_equal(self.pts, pts)
+
+
+class FrameSampler:
+    """Counts the sampled frames of one decode pass over a video of ``frames`` frames.
+
+    `observe` is called from any thread (the encode workers) with each frame's index in
+    the decode's output; it counts only the sampled ones. `result` gives the sample once
+    the pass has seen every frame.
+    """
+
+    def __init__(self, frames: int) -> None:
+        self.wanted = frozenset(sample_indices(frames).tolist())
+        self._lock = threading.Lock()
+        self._pts: dict[int, int] = {}
+        self._histogram = np.zeros((3, 256), dtype=np.int64)
+
+    def observe(self, index: int, frame: av.VideoFrame) -> None:
+        """Count frame ``index`` of the decode if it is sampled (on the caller's thread)."""
+        if index not in self.wanted:
+            return
+        counts = frame_histogram(frame, thread_reformatter())
+        with self._lock:
+            self._pts[index] = -1 if frame.pts is None else int(frame.pts)
+            self._histogram += counts
+
+    def result(self, frames: int) -> SampledFrames | None:
+        """The sample of a pass that gave ``frames`` frames (None if it missed some)."""
+        with self._lock:
+            if set(self._pts) != set(sample_indices(frames).tolist()):
+                return None
+            pts = np.asarray([self._pts[i] for i in sorted(self._pts)], dtype=np.int64)
+            return SampledFrames(frames, pts, self._histogram.copy(), len(pts))
+
+
+_SHARED: OrderedDict[FileIdentity, SampledFrames] = OrderedDict()
+_SHARED_LOCK = threading.Lock()
+
+
+def file_identity(path: Path) -> FileIdentity:
+    """What names one version of a file: its resolved path, device, inode, size and
+    modification and change times (ns); a rewrite or a replacement changes it."""
+    st = Path(path).stat()
+    resolved = str(Path(path).resolve())
+    return (resolved, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def publish(identity: FileIdentity, sampled: SampledFrames) -> None:
+    """Keep ``sampled`` as the sample of the file version ``identity`` (`file_identity`
+    taken before it was decoded), dropping the oldest beyond `MAX_SHARED`."""
+    with _SHARED_LOCK:
+        _SHARED[identity] = sampled
+        _SHARED.move_to_end(identity)
+        while len(_SHARED) > MAX_SHARED:
+            _SHARED.popitem(last=False)
+
+
+def shared(path: Path) -> SampledFrames | None:
+    """The sample a decode of the file ``path``, as it is now, left in this process."""
+    try:
+        identity = file_identity(path)
+    except OSError:
+        return None
+    with _SHARED_LOCK:
+        return _SHARED.get(identity)
+
+
+def clear_shared() -> None:
+    """Forget every sample `publish` kept."""
+    with _SHARED_LOCK:
+        _SHARED.clear()
