@@ -1,4 +1,5 @@
-"""`fileio.json_bytes`: the bytes ``json.dumps(indent=...)`` writes, for every document."""
+"""`fileio.json_bytes` and `fileio.compact_json_bytes`: the bytes ``json.dumps`` writes
+(indented, compact), for every document."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from ego_assets.fileio import json_bytes, json_loads
+from ego_assets.fileio import compact_json_bytes, json_bytes, json_loads
 
 
 class Text(str):
@@ -49,6 +50,8 @@ DOCS = [
     {"b": 1, "a": {"d": 2, "c": [3, {"f": 4, "e": 5}]}, "é": 1, "z": 2, "A": 3},
     OrderedDict([("z", 1), ("a", 2)]),
     {"tricky": 'a": 0.00001', "key: 1e5": 1, "s": "\n  1e5"},
+    {"in text": "x,1e-7,[0.00001]:2.5e-05}", "e": [1e-7, "e", 2.5e-05], "esc": 'q\\"1e-7'},
+    {"small": [0.00001, -0.000099, 1e-7, -1e-300], "big": [1e16, -1.5e300], "mean": 0.5},
     [[[[[[[[[[[[1]]]]]]]]]]]],
     "top",
     12,
@@ -79,6 +82,29 @@ def test_json_bytes_floats_of_every_magnitude():
         for x in floats[:3000] + floats[-2600:]:
             doc = {"v": x, "w": [x]}
             assert json_bytes(doc, indent=indent) == json.dumps(doc, indent=indent).encode()
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=range(len(DOCS)))
+@pytest.mark.parametrize("sort_keys", [False, True])
+def test_compact_json_bytes_is_what_json_dumps_writes(doc, sort_keys):
+    try:
+        want = json.dumps(doc, separators=(",", ":"), sort_keys=sort_keys).encode()
+    except TypeError:
+        with pytest.raises(TypeError):
+            compact_json_bytes(doc, sort_keys=sort_keys)
+        return
+    assert compact_json_bytes(doc, sort_keys=sort_keys) == want
+
+
+def test_compact_json_bytes_floats_of_every_magnitude_beside_look_alike_text():
+    rng = random.Random(11)
+    floats = _floats(rng, 20_000)
+    compact = {"separators": (",", ":")}
+    assert compact_json_bytes(floats) == json.dumps(floats, **compact).encode()
+    texts = ["1e-7", "a,1e-07]", "0.00001", ":0.000099,", "[2.5e-5}", "mean", "e"]
+    for x in floats[:3000] + floats[-2600:]:
+        doc = {"v": x, "w": [x, rng.choice(texts)], rng.choice(texts): [[x], {"e": x}]}
+        assert compact_json_bytes(doc) == json.dumps(doc, **compact).encode()
 
 
 def test_json_bytes_deep_and_dataclass():
@@ -119,3 +145,12 @@ def test_json_loads_long_fractions_stay_with_orjson(monkeypatch):
     monkeypatch.setattr(json, "loads", lambda raw: pytest.fail(f"json.loads({raw!r})"))
     assert json_loads(text) == want
     assert json_loads(text.decode()) == want
+
+
+def test_compact_json_bytes_prints_small_floats_without_the_standard_library(monkeypatch):
+    """LeRobot stats hold a few floats below 1e-4: orjson writes the document and only
+    those are printed again, not the whole document by ``json.dumps``."""
+    doc = {"std": [8.880666472881179e-05, 0.25, 1e-07, -4.2e-300], "count": [300]}
+    want = json.dumps(doc, separators=(",", ":")).encode()
+    monkeypatch.setattr(json, "dumps", lambda *a, **k: pytest.fail("json.dumps"))
+    assert compact_json_bytes(doc) == want

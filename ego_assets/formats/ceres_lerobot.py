@@ -20,7 +20,7 @@ come from `ego_assets.formats.ceres_episode`; the video from
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ego_assets.fileio import file_sha256, json_bytes
+from ego_assets.fileio import compact_json_bytes, file_sha256, json_bytes
 from ego_assets.formats import lerobot_video
 from ego_assets.formats.ceres_episode import (
     ACTION_NAMES,
@@ -275,24 +275,42 @@ def stack_stats(stats: Sequence[Mapping[str, Mapping]]) -> dict[str, dict[str, n
 def episodes_table_stacked(
     rows: Sequence[dict[str, Any]], stats: Mapping[str, Mapping[str, np.ndarray]]
 ) -> pa.Table:
-    """`episodes_table` from stacked stats (`stack_stats`): each column is built from one
-    array, not a Python list an episode."""
+    """`episodes_table` from stacked stats (`stack_stats`): every float statistic of every
+    feature goes to Arrow as one array (a column is a slice of it, wrapped in list layers
+    made once a feature), not a Python list an episode or an array a column."""
     columns: dict[str, Any] = {
         k: [r[k] for r in rows] for k in rows[0] if not k.startswith("meta/")
     }
     fields = [pa.field(name, _episode_type(name, values[0])) for name, values in columns.items()]
+    n = len(rows)
+    floats = [name for name in STAT_NAMES if name != "count"]
+    blocks, counts = [], []
     for feature, by_name in stats.items():
         for name in STAT_NAMES:
-            values = np.asarray(by_name[name])
-            if len(values) != len(rows):
-                raise ValueError(
-                    f"stats/{feature}/{name}: {len(values)} episodes, {len(rows)} rows"
-                )
-            column = f"stats/{feature}/{name}"
+            if len(by_name[name]) != n:
+                raise ValueError(f"stats/{feature}/{name}: {len(by_name[name])} episodes, {n} rows")
+        # (stats, episodes, *shape): one statistic's column is a contiguous run
+        blocks.append(np.stack([np.asarray(by_name[name], dtype=np.float64) for name in floats]))
+        counts.append(np.asarray(by_name["count"]).reshape(n, -1).astype(np.int64))
+    leaves = pa.array(
+        np.concatenate([b.reshape(-1) for b in blocks]) if blocks else [], pa.float64()
+    )
+    count_leaves = pa.array(
+        np.concatenate([c.reshape(-1) for c in counts]) if counts else [], pa.int64()
+    )
+    start = count_start = 0
+    for feature, block, count in zip(stats, blocks, counts, strict=True):
+        size = block[0].size
+        layers = _list_offsets(block.shape[1:])
+        for name in STAT_NAMES:
             if name == "count":
-                array = _nested_lists(values.reshape(len(values), -1).astype(np.int64), pa.int64())
+                leaf = count_leaves.slice(count_start, count.size)
+                array = _wrapped(leaf, _list_offsets(count.shape))
+                count_start += count.size
             else:
-                array = _nested_lists(values.astype(np.float64), pa.float64())
+                array = _wrapped(leaves.slice(start, size), layers)
+                start += size
+            column = f"stats/{feature}/{name}"
             columns[column] = array
             fields.append(pa.field(column, array.type))
     for k in ("meta/episodes/chunk_index", "meta/episodes/file_index"):
@@ -301,13 +319,21 @@ def episodes_table_stacked(
     return pa.Table.from_pydict(columns, schema=pa.schema(fields))
 
 
-def _nested_lists(values: np.ndarray, leaf: pa.DataType) -> pa.Array:
-    """(episodes, d1, ..., dk) ``values`` as one row an episode of k-deep lists of ``leaf``."""
-    array: pa.Array = pa.array(values.reshape(-1), type=leaf)
-    for depth in range(values.ndim - 1, 0, -1):
-        lists = int(np.prod(values.shape[:depth]))
-        offsets = np.arange(lists + 1, dtype=np.int32) * np.int32(values.shape[depth])
-        array = pa.ListArray.from_arrays(pa.array(offsets), array)
+def _list_offsets(shape: tuple[int, ...]) -> list[pa.Array]:
+    """The offsets of the list layers that make (episodes, d1, ..., dk) values one row an
+    episode of k-deep lists, innermost first."""
+    layers = []
+    for depth in range(len(shape) - 1, 0, -1):
+        lists = math.prod(shape[:depth])
+        layers.append(pa.array(np.arange(lists + 1, dtype=np.int32) * np.int32(shape[depth])))
+    return layers
+
+
+def _wrapped(leaf: pa.Array, layers: list[pa.Array]) -> pa.Array:
+    """``leaf`` values wrapped in the list layers `_list_offsets` made, innermost first."""
+    array = leaf
+    for offsets in layers:
+        array = pa.ListArray.from_arrays(offsets, array)
     return array
 
 
@@ -352,10 +378,10 @@ def write_receipt(folder: Path, hashed: Mapping[str, str] | None = None) -> dict
 
 
 def write_json(path: Path, doc: Any, *, compact: bool = False) -> None:
-    """JSON file; ``compact`` (one line, the C encoder) for large numeric documents."""
+    """JSON file; ``compact`` (one line) for large numeric documents."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if compact:
-        path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+        path.write_bytes(compact_json_bytes(doc) + b"\n")
     else:
         path.write_bytes(json_bytes(doc, indent=2) + b"\n")
 
