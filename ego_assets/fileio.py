@@ -1,5 +1,6 @@
-"""Storage-free file helpers every room may use: a file's SHA-256, atomic file writes, links,
-indented JSON written fast but byte for byte as the standard library writes it.
+"""Storage-free file helpers every room may use: a file's SHA-256, the files below a folder,
+atomic file writes, links, JSON (indented or compact) written fast but byte for byte as the
+standard library writes it.
 
 No package import here (a leaf of the layering, ``docs/architecture.md``).
 """
@@ -31,6 +32,18 @@ def file_sha256(path: Path, *, follow_symlinks: bool = True) -> str:
     flags = os.O_RDONLY | (0 if follow_symlinks else os.O_NOFOLLOW)
     with os.fdopen(os.open(path, flags), "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def list_files(folder: Path) -> list[str]:
+    """Every regular file below ``folder`` (a link to one too; no linked folder is
+    entered), as POSIX paths relative to it, in the order of their `Path`s (part by
+    part): ``sorted(p for p in folder.rglob("*") if p.is_file())``, from one `os.walk`."""
+    found = []
+    for top, _, names in os.walk(folder):
+        rel = os.path.relpath(top, folder)
+        parts = () if rel == "." else tuple(rel.split(os.sep))
+        found += [(*parts, name) for name in names if os.path.isfile(os.path.join(top, name))]
+    return ["/".join(parts) for parts in sorted(found)]
 
 
 def _create_temporary(path: Path) -> tuple[int, Path]:

@@ -20,6 +20,7 @@ from ego_assets.catalog.receipts import (
     write_receipt,
 )
 from ego_assets.errors import CaptureKeyError
+from ego_assets.fileio import file_sha256, list_files
 from ego_assets.storage import Storage
 
 WHEN = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
@@ -64,6 +65,34 @@ def test_folder_digest_follows_the_manifest_rule(tmp_path):
     ]
     expected = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
     assert (size, files, digest) == (5, 2, expected)
+
+
+def test_folder_digest_lists_files_in_path_order_and_reads_no_file_the_writer_hashed(
+    tmp_path, monkeypatch
+):
+    """The file list is the one ``rglob`` gives, part by part (``a/b`` before ``a-b``),
+    links to files included, linked folders not entered; files the writer hashed as it
+    wrote them (``known``) are not read again, and the digest is the same."""
+    from ego_assets.catalog import receipts
+
+    for rel in ("a-b", "a/b", "a.b", "a/c/d", "A", "a b/c", "aa/b"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(rel.encode())
+    (tmp_path / "to-a").symlink_to(tmp_path / "a", target_is_directory=True)
+    (tmp_path / "to-b").symlink_to(tmp_path / "a-b")
+    (tmp_path / "broken").symlink_to(tmp_path / "nothing")
+    globbed = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert list_files(tmp_path) == [p.relative_to(tmp_path).as_posix() for p in globbed]
+    assert list_files(tmp_path)[:3] == ["A", "a/b", "a/c/d"]
+
+    read = folder_digest(tmp_path)
+    known = {rel: hashlib.sha256((tmp_path / rel).read_bytes()).hexdigest() for rel in ("a/b", "A")}
+    hashed: list[str] = []
+    monkeypatch.setattr(
+        receipts, "file_sha256", lambda path: hashed.append(path.name) or file_sha256(path)
+    )
+    assert folder_digest(tmp_path, known) == read
+    assert sorted(hashed) == sorted(["a-b", "a.b", "d", "c", "b", "to-b"])
 
 
 def test_bad_receipts_are_refused_with_the_field_named(tmp_path):

@@ -45,6 +45,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ import pyarrow as pa
 from upath import UPath
 
 from ego_assets.exports.registry import names
-from ego_assets.fileio import file_sha256
+from ego_assets.fileio import file_sha256, list_files
 from ego_assets.keys import validate_capture_key
 from ego_assets.storage import Storage
 
@@ -148,20 +149,24 @@ class ExportReceipt:
         return {name: row[name] for name in RECEIPT_SCHEMA.names}
 
 
-def folder_digest(folder: Path) -> tuple[int, int, str]:
+def folder_digest(folder: Path, known: Mapping[str, str] | None = None) -> tuple[int, int, str]:
     """(bytes, files, sha256) of every file below ``folder``.
 
     The digest is SHA-256 of the JSON list of ``{"path", "bytes", "sha256"}`` per file,
-    sorted by relative POSIX path (keys sorted): the raw manifest's content-id rule.
+    sorted by relative POSIX path (keys sorted): the raw manifest's content id rule.
+    ``known``: relative path -> SHA-256 of files the writer hashed as it wrote them (not
+    read again).
     """
     folder = Path(folder)
+    known = known or {}
     entries: list[dict[str, Any]] = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for rel in list_files(folder):
+        path = folder / rel
         entries.append(
             {
-                "path": path.relative_to(folder).as_posix(),
+                "path": rel,
                 "bytes": path.stat().st_size,
-                "sha256": file_sha256(path),
+                "sha256": known.get(rel) or file_sha256(path),
             }
         )
     if not entries:
@@ -170,11 +175,12 @@ def folder_digest(folder: Path) -> tuple[int, int, str]:
     return sum(e["bytes"] for e in entries), len(entries), hashlib.sha256(text.encode()).hexdigest()
 
 
-def artefact_digest(local: Path) -> tuple[int, int, str]:
-    """(bytes, files, sha256) of a local artefact: one file, or a folder (`folder_digest`)."""
+def artefact_digest(local: Path, known: Mapping[str, str] | None = None) -> tuple[int, int, str]:
+    """(bytes, files, sha256) of a local artefact: one file, or a folder (`folder_digest`;
+    ``known``: the SHA-256 of some of its files, by relative path)."""
     local = Path(local)
     if local.is_dir():
-        return folder_digest(local)
+        return folder_digest(local, known)
     return local.stat().st_size, 1, file_sha256(local)
 
 
@@ -198,6 +204,7 @@ def make_receipt(
     input_data_version: str,
     exported_at: dt.datetime | None = None,
     skipped_reason: str = "",
+    known: Mapping[str, str] | None = None,
 ) -> ExportReceipt:
     """The receipt of an artefact written at ``location`` (under the data root).
 
@@ -214,8 +221,10 @@ def make_receipt(
         exported_at: default now (UTC).
         skipped_reason: set when the exporter skipped the episode (status ``skipped``);
             ``location`` is then what it wrote instead (its skip record).
+        known: a folder's files the exporter hashed as it wrote them: relative path ->
+            SHA-256 (not read again).
     """
-    size, count, digest = artefact_digest(local)
+    size, count, digest = artefact_digest(local, known)
     stamp = exported_at or dt.datetime.now(dt.UTC)
     return ExportReceipt(
         capture_key=capture_key,

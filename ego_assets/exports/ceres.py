@@ -117,7 +117,7 @@ class CeresExporter:
             "bytes": summary.bytes,
         }
         (stage / LINEAGE_FILE).write_text(json.dumps(lineage, sort_keys=True) + "\n")
-        return Written(lineage, shard)
+        return Written(lineage, shard, digests=summary.digests)
 
     def figures(
         self, storage: Storage, key: str, record: dict[str, Any]

@@ -175,7 +175,8 @@ class EgoSmithExporter:
                 options=self.options,
                 depth=depth,
             )
-        return Written(summary)
+        # the shards were hashed as they were written: the receipt does not read them again
+        return Written(summary, digests={s["name"]: s["sha256"] for s in summary.shards})
 
     def figures(
         self, storage: Storage, key: str, record: EpisodeSummary

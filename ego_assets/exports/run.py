@@ -22,7 +22,7 @@ For one capture and one format (an `ExportFormat` of `ego_assets.exports.registr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -48,11 +48,15 @@ class Written:
             `WHOLE_FOLDER` for the folder itself).
         skipped: why the format wrote no data for the capture ("" when it did); the
             receipt is then ``skipped`` with this reason.
+        digests: SHA-256 of files of a folder artefact the writer hashed as it wrote
+            them, by path relative to the artefact: the receipt's digest does not read
+            them again.
     """
 
     record: Any
     artefact: str = WHOLE_FOLDER
     skipped: str = ""
+    digests: Mapping[str, str] = field(default_factory=dict)
 
 
 class Exporter(Protocol):
@@ -208,4 +212,5 @@ def _receipt(
         code_version=exporter.format.code_version,
         input_data_version=gate_version,
         skipped_reason=written.skipped,
+        known=written.digests,
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ego_assets.fileio import compact_json_bytes, file_sha256, json_bytes
+from ego_assets.fileio import compact_json_bytes, file_sha256, json_bytes, list_files
 from ego_assets.formats import lerobot_video
 from ego_assets.formats.ceres_episode import (
     ACTION_NAMES,
@@ -197,6 +197,7 @@ class ShardSummary:
     video: str  # "remux", "re-encode" or "none"
     files: int
     bytes: int
+    digests: Mapping[str, str] = field(default_factory=dict)  # relative path -> SHA-256
 
 
 def _frame_columns(rows: EpisodeRows, episode_index: int) -> dict[str, np.ndarray]:
@@ -358,10 +359,10 @@ def write_receipt(folder: Path, hashed: Mapping[str, str] | None = None) -> dict
     ``hashed``: relative path -> SHA-256 of files hashed already (not read again)."""
     artefacts = []
     hashed = hashed or {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        rel = path.relative_to(folder).as_posix()
+    for rel in list_files(folder):
         if rel == RECEIPT_FILE:
             continue
+        path = folder / rel
         artefacts.append(
             {
                 "path": rel,
@@ -375,6 +376,14 @@ def write_receipt(folder: Path, hashed: Mapping[str, str] | None = None) -> dict
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(json_bytes(receipt, indent=2) + b"\n")
     return receipt
+
+
+def receipt_digests(folder: Path, receipt: Mapping[str, Any]) -> dict[str, str]:
+    """SHA-256 of every file of a shard by relative path, from its receipt (`write_receipt`)
+    and the receipt file's own bytes: what a digest of the folder would read again."""
+    digests = {a["path"]: a["sha256"] for a in receipt["artefacts"]}
+    digests[RECEIPT_FILE] = file_sha256(folder / RECEIPT_FILE)
+    return digests
 
 
 def write_json(path: Path, doc: Any, *, compact: bool = False) -> None:
@@ -506,6 +515,6 @@ def write_shard(
     write_json(folder / METADATA_FILE, metadata)
     receipt = write_receipt(folder)
     total = sum(a["bytes"] for a in receipt["artefacts"])
-    return ShardSummary(
-        episode_index, n, rows.fps, rows.tasks, video_mode, len(receipt["artefacts"]) + 1, total
-    )
+    files = len(receipt["artefacts"]) + 1
+    digests = receipt_digests(folder, receipt)
+    return ShardSummary(episode_index, n, rows.fps, rows.tasks, video_mode, files, total, digests)
