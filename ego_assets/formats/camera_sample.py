@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -39,6 +40,7 @@ STATS_LONG_SIDE = 160
 MAX_SHARED = 128
 
 FileIdentity = tuple[str, int, int, int, int, int]
+T = TypeVar("T")
 
 
 def sample_indices(n: int, k: int | None = None) -> np.ndarray:
@@ -103,11 +105,13 @@ class FrameSampler:
 
     `observe` is called from any thread (the encode workers) with each frame's index in
     the decode's output; it counts only the sampled ones. `result` gives the sample once
-    the pass has seen every frame.
+    the pass has seen every frame, `publish` leaves it for the file ``video`` (its
+    `file_identity` when the sampler was made, before the decode).
     """
 
-    def __init__(self, frames: int) -> None:
+    def __init__(self, frames: int, video: Path | None = None) -> None:
         self.wanted = frozenset(sample_indices(frames).tolist())
+        self.identity = file_identity(video) if video is not None else None
         self._lock = threading.Lock()
         self._pts: dict[int, int] = {}
         self._histogram = np.zeros((3, 256), dtype=np.int64)
@@ -120,6 +124,22 @@ class FrameSampler:
         with self._lock:
             self._pts[index] = -1 if frame.pts is None else int(frame.pts)
             self._histogram += counts
+
+    def observing(self, encode: Callable[..., T]) -> Callable[..., T]:
+        """``encode(index, frame, *rest)`` that first counts the frame (`observe`)."""
+
+        def observed(index: int, frame: av.VideoFrame, *rest: Any) -> T:
+            self.observe(index, frame)
+            return encode(index, frame, *rest)
+
+        return observed
+
+    def publish(self, frames: int) -> None:
+        """Leave the sample of a pass that gave ``frames`` frames for the video (`publish`),
+        when it saw every sampled frame."""
+        sampled = self.result(frames)
+        if sampled is not None and self.identity is not None:
+            publish(self.identity, sampled)
 
     def result(self, frames: int) -> SampledFrames | None:
         """The sample of a pass that gave ``frames`` frames (None if it missed some)."""

@@ -534,6 +534,15 @@ class _EpisodeSamples:
         return tar_sample(self.keys[i], members)
 
 
+def _hand_sources(arrays: EpisodeArrays) -> dict[str, dict[str, str]]:
+    """``episode.json``'s ``hands``: by stream (or side) its side and rotation and
+    fingertip sources."""
+    return {
+        h.stream or side: {"side": side, "rotation": h.rotation_source, "fingertips": h.fingertips}
+        for side, h in zip(egosmith_constants.HANDS, arrays.hands, strict=True)
+    }
+
+
 def write_episode(
     trajectory: Trajectory,
     camera: HeadCamera,
@@ -577,11 +586,7 @@ def write_episode(
     where = f"capture {trajectory.info.capture_id!r}, file {camera.media.path!r}"
     # the sample behind CERES's camera statistics, counted on the encode workers and left
     # for a CERES export of the same video in this process (`camera_sample`)
-    sampler, identity = camera_sample.FrameSampler(n), camera_sample.file_identity(video)
-
-    def encode(i: int, frame: av.VideoFrame, depth: np.ndarray | None) -> bytes:
-        sampler.observe(i, frame)
-        return samples.tar_bytes(i, frame, depth)
+    sampler = camera_sample.FrameSampler(n, video)
 
     def work(frames: Iterator[av.VideoFrame]) -> Iterator[tuple[Any, ...]]:
         for i, frame in enumerate(frames):
@@ -595,7 +600,7 @@ def write_episode(
     count = 0
     try:
         with decoded_frames(video) as frames:
-            for data in ordered_map(encode, work(frames)):
+            for data in ordered_map(sampler.observing(samples.tar_bytes), work(frames)):
                 report(WRITE_TASK, count, n)
                 writer.write_sample(data)
                 count += 1
@@ -605,10 +610,7 @@ def write_episode(
         raise ValueError(
             f"{where}: {count} video frames decoded, {camera.frames.name!r} has {n} rows"
         )
-    sampled = sampler.result(count)
-    if sampled is not None:
-        camera_sample.publish(identity, sampled)
-    left, right = arrays.hands
+    sampler.publish(count)
     summary = EpisodeSummary(
         capture_id=trajectory.info.capture_id,
         episode_index=episode_index,
@@ -625,14 +627,7 @@ def write_episode(
             str(v): int(c)
             for v, c in zip(*np.unique(arrays.presence, return_counts=True), strict=True)
         },
-        hands={
-            h.stream or side: {
-                "side": side,
-                "rotation": h.rotation_source,
-                "fingertips": h.fingertips,
-            }
-            for side, h in zip(egosmith_constants.HANDS, (left, right), strict=True)
-        },
+        hands=_hand_sources(arrays),
         mano=dict(arrays.mano_schema),
         depth=use_depth,
         shards=[asdict(s) for s in shards],
