@@ -20,6 +20,7 @@ modification or change time), so a stale sample is never taken.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 # Frames sampled for the camera statistics, and their size (long side, pixels).
 STATS_SAMPLES = 100
 STATS_LONG_SIDE = 160
-# Videos whose sample this process keeps (`publish`), the oldest dropped first.
+# Videos whose sample this process keeps (`publish`), the oldest dropped first: more than
+# a ranged run's step exports one after another (a backfill chunk, 50 captures).
 MAX_SHARED = 128
 
 FileIdentity = tuple[str, int, int, int, int, int]
@@ -111,7 +113,10 @@ class FrameSampler:
 
     def __init__(self, frames: int, video: Path | None = None) -> None:
         self.wanted = frozenset(sample_indices(frames).tolist())
-        self.identity = file_identity(video) if video is not None else None
+        self.identity: FileIdentity | None = None
+        if video is not None:
+            with contextlib.suppress(OSError):  # the decode says what is wrong with it
+                self.identity = file_identity(video)
         self._lock = threading.Lock()
         self._pts: dict[int, int] = {}
         self._histogram = np.zeros((3, 256), dtype=np.int64)
