@@ -168,6 +168,19 @@ def test_a_pass_that_missed_a_sampled_frame_leaves_nothing():
     np.testing.assert_array_equal(done.histogram.sum(axis=1), [5 * 64] * 3)  # 8x8, unscaled
 
 
+def test_a_long_video_s_decode_counts_nothing(tmp_path):
+    """Beyond `SHORT_VIDEO_FRAMES` the remux samples keyframes, so EgoSmith's pass counts
+    no frame for it and leaves nothing."""
+    long = camera_sample.SHORT_VIDEO_FRAMES + 1
+    video = tmp_path / "v.mp4"
+    video.write_bytes(b"x")
+    sampler = camera_sample.FrameSampler(long, video)
+    assert sampler.wanted == frozenset()
+    sampler.publish(long)
+    assert camera_sample.shared(video) is None
+    assert camera_sample.FrameSampler(camera_sample.SHORT_VIDEO_FRAMES).wanted
+
+
 def test_the_shared_samples_are_bounded_oldest_dropped_first(tmp_path, monkeypatch):
     monkeypatch.setattr(camera_sample, "MAX_SHARED", 3)
     paths = []

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 # Frames sampled for the camera statistics, and their size (long side, pixels).
 STATS_SAMPLES = 100
 STATS_LONG_SIDE = 160
+# Up to this many frames a video's sample is spread over all of them (the remux decodes
+# them, or takes a decode's sample from here); a longer one's is taken from its keyframes
+# (`lerobot_video.remux`), so a decode leaves none.
+SHORT_VIDEO_FRAMES = 3 * STATS_SAMPLES
 # Videos whose sample this process keeps (`publish`), the oldest dropped first: more than
 # a ranged run's step exports one after another (a backfill chunk, 50 captures).
 MAX_SHARED = 128
@@ -103,7 +107,8 @@ class SampledFrames:
 
 
 class FrameSampler:
-    """Counts the sampled frames of one decode pass over a video of ``frames`` frames.
+    """Counts the sampled frames of one decode pass over a video of ``frames`` frames
+    (none beyond `SHORT_VIDEO_FRAMES`: the remux samples keyframes there).
 
     `observe` is called from any thread (the encode workers) with each frame's index in
     the decode's output; it counts only the sampled ones. `result` gives the sample once
@@ -112,9 +117,10 @@ class FrameSampler:
     """
 
     def __init__(self, frames: int, video: Path | None = None) -> None:
-        self.wanted = frozenset(sample_indices(frames).tolist())
+        short = frames <= SHORT_VIDEO_FRAMES
+        self.wanted = frozenset(sample_indices(frames).tolist() if short else ())
         self.identity: FileIdentity | None = None
-        if video is not None:
+        if video is not None and short:
             with contextlib.suppress(OSError):  # the decode says what is wrong with it
                 self.identity = file_identity(video)
         self._lock = threading.Lock()
@@ -149,7 +155,7 @@ class FrameSampler:
     def result(self, frames: int) -> SampledFrames | None:
         """The sample of a pass that gave ``frames`` frames (None if it missed some)."""
         with self._lock:
-            if set(self._pts) != set(sample_indices(frames).tolist()):
+            if not self.wanted or set(self._pts) != set(sample_indices(frames).tolist()):
                 return None
             pts = np.asarray([self._pts[i] for i in sorted(self._pts)], dtype=np.int64)
             return SampledFrames(frames, pts, self._histogram.copy(), len(pts))

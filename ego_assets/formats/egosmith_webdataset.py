@@ -19,9 +19,10 @@ Video is decoded with PyAV (FFmpeg's threads) and re-encoded with libjpeg-turbo
 encoder (no RGB round trip). Two worker threads turn decoded frames into finished tar
 bytes (JPEG, ``.npy`` rows behind a header made once, meta, tar headers) while the next
 frames decode; the calling thread only appends those bytes in order and hashes them, so
-memory stays at a few frames whatever the episode length. The workers also count the
-sample of frames behind CERES's camera statistics and leave it for a CERES export of the
-same video in this process (`camera_sample`), which then decodes nothing. Folders are
+memory stays at a few frames whatever the episode length. For a video of up to 300
+frames the workers also count the sample of frames behind CERES's camera statistics and
+leave it for a CERES export of the same video in this process (`camera_sample`), which
+then decodes nothing. Folders are
 written to a temporary sibling and renamed into place, and each one's index file is
 written last, so a killed export never leaves a folder that a reader would take as
 finished.

@@ -47,7 +47,7 @@ import numpy as np
 
 from ego_assets.formats import camera_sample
 from ego_assets.formats.camera_sample import (
-    STATS_SAMPLES,
+    SHORT_VIDEO_FRAMES,
     SampledFrames,
     frame_histogram,
     sample_indices,
@@ -77,9 +77,6 @@ DECODE_AHEAD = 8
 # Re-encoding in parts: at most this many, of at least this many rows each.
 MAX_PARTS = 8
 MIN_PART_ROWS = 300
-# Up to this many frames the remux path decodes them all for the statistics (unless a
-# decode of the whole video in this process left them: `camera_sample.shared`).
-SHORT_VIDEO_FRAMES = 3 * STATS_SAMPLES
 MUX_OPTIONS = {"fflags": "+bitexact"}
 
 
