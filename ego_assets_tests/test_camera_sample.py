@@ -11,13 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ego_assets.capture import read_capture
+from ego_assets.capture import read_capture, read_checked_capture
 from ego_assets.formats import camera_sample, lerobot_video
 from ego_assets.formats.camera_sample import SampledFrames
 from ego_assets.formats.ceres_episode import select_camera
 from ego_assets.formats.egosmith_lowdim import head_camera
 from ego_assets.formats.egosmith_webdataset import EgoSmithOptions, write_episode
+from ego_assets.importers import get_importer
+from ego_assets.importers.core import import_source, open_source
+from ego_assets.storage import Storage
 from ego_assets.synth import KINDS, synthesize
+from ego_assets.synth.egodex import write_egodex_episode
 
 SECONDS = 4.0  # 120 frames: 100 of them sampled, 20 not
 
@@ -30,8 +34,18 @@ def _no_shared_sample():
 
 
 def _capture(tmp_path: Path, kind: str, seed: int = 3):
-    folder = synthesize(kind, tmp_path / kind, seconds=SECONDS, seed=seed, capture_id=kind)
-    return folder, read_capture(kind, folder)
+    """(capture folder, trajectory) of a synthetic capture of ``kind`` (``egodex``: an
+    EgoDex episode at 640x360, imported as the bench's is)."""
+    if kind != "egodex":
+        folder = synthesize(kind, tmp_path / kind, seconds=SECONDS, seed=seed, capture_id=kind)
+        return folder, read_capture(kind, folder)
+    frames = round(SECONDS * 30)
+    write_egodex_episode(tmp_path / "src/train/task", 0, frames=frames, seed=seed, size=(640, 360))
+    importer = get_importer("egodex")
+    storage = Storage(tmp_path / "data")
+    (key,) = import_source(storage, importer, open_source(str(tmp_path / "src"), importer)).landed
+    folder = tmp_path / "data" / "landing" / key
+    return folder, read_checked_capture(key, folder)[0]
 
 
 def _egosmith(trajectory, video: Path, out: Path) -> None:
@@ -66,11 +80,12 @@ def _assert_same_stats(a: lerobot_video.PixelStats, b: lerobot_video.PixelStats)
         np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [*KINDS, "egodex"])
 def test_egosmith_s_decode_gives_the_camera_statistics_the_remux_s_own_decode_gives(
     tmp_path, kind, monkeypatch
 ):
-    """Every synthetic kind with a video (H.264 with reordered B-frames): EgoSmith's
+    """Every synthetic kind with a video (H.264 with reordered B-frames) and an imported
+    EgoDex episode (640x360): EgoSmith's
     frame-threaded decode, counted on its encode workers, gives the remux's sample of the
     same file exactly; the remux then decodes nothing and copies the same packets."""
     folder, trajectory = _capture(tmp_path, kind)
