@@ -207,3 +207,20 @@ def test_the_shared_samples_are_bounded_oldest_dropped_first(tmp_path, monkeypat
         camera_sample.publish(camera_sample.file_identity(path), sample)
     kept = [camera_sample.shared(p) for p in paths]
     assert [k.frames if k else None for k in kept] == [None, None, 2, 3, 4]
+
+
+def test_a_decode_outside_sharing_counts_nothing_and_the_remux_decodes_itself(
+    tmp_path, monkeypatch
+):
+    """Where no later export of the same file runs in this process (`sharing(False)`:
+    steps in processes of their own), EgoSmith's decode counts no frame."""
+    folder, trajectory = _capture(tmp_path, "webxr")
+    video = folder / head_camera(trajectory).media.path
+    with camera_sample.sharing(False):
+        assert camera_sample.FrameSampler(120, video).wanted == frozenset()
+        _egosmith(trajectory, video, tmp_path / "egosmith")
+    assert camera_sample.shared(video) is None
+    assert camera_sample.FrameSampler(120, video).wanted  # on again after the block
+    decodes = _counting_decodes(monkeypatch)
+    lerobot_video.remux(video, tmp_path / "out.mp4", 30)
+    assert len(decodes) == camera_sample.STATS_SAMPLES

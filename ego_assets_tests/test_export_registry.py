@@ -253,3 +253,29 @@ def test_the_toy_format_reaches_the_dagster_definitions(with_toy: None, assessed
         assert "toy-bad" in (failure.step_failure_data.user_failure_data.description or "")
         assert not blocked.asset_materializations_for_node("toy_csv")
         assert not Path(assessed.export_path("toy", "toy-bad").path).exists()
+
+
+def test_an_export_step_shares_its_decodes_only_with_exports_of_its_own_process():
+    """`exports_share_process`: in-process steps with another export of the set selected
+    (a capture run) share; another executor (a process or pod a step) or an export alone
+    does not; a run of the whole job is taken to select every export."""
+    from types import SimpleNamespace
+
+    from ego_assets.defs.export_assets import exports_share_process
+    from ego_assets.defs.partitions import SET0
+
+    keys = [SET0.key(fmt.name) for fmt in registry.formats()]
+    upstream = [SET0.key("raw_capture"), SET0.key("trajectory"), SET0.key("quality_report")]
+
+    def context(executor, selection):
+        return SimpleNamespace(
+            job_def=SimpleNamespace(executor_def=executor),
+            run=SimpleNamespace(asset_selection=selection),
+            selected_asset_keys={keys[0]},
+        )
+
+    in_process, multiprocess = dg.in_process_executor, dg.multi_or_in_process_executor
+    assert exports_share_process(context(in_process, frozenset(upstream + keys)), SET0)
+    assert exports_share_process(context(in_process, None), SET0)
+    assert not exports_share_process(context(in_process, frozenset([*upstream, keys[0]])), SET0)
+    assert not exports_share_process(context(multiprocess, frozenset(keys)), SET0)

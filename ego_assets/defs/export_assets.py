@@ -47,7 +47,7 @@ from ego_assets.defs.partitions import CaptureSet
 from ego_assets.defs.resources import StorageResource
 from ego_assets.exports import registry
 from ego_assets.exports.registry import ExportFormat
-from ego_assets.exports.run import Exporter, run_export
+from ego_assets.exports.run import Exporter, run_export, sharing_decodes
 from ego_assets.pipeline import StepResult
 from ego_assets.storage import Storage
 
@@ -94,6 +94,19 @@ def priority_tags(priority: int) -> dict[str, str]:
     }
 
 
+def exports_share_process(context: dg.AssetExecutionContext, cs: CaptureSet) -> bool:
+    """Whether another export of set ``cs`` runs in this step's process after it: the run
+    executes its steps in-process and selects another export asset (a run of the whole job
+    is taken to). Where not, an export leaves nothing for the others (`sharing_decodes`)."""
+    if context.job_def.executor_def.name != dg.in_process_executor.name:
+        return False
+    selected = context.run.asset_selection
+    if selected is None:
+        return True
+    exports = {cs.key(fmt.name) for fmt in registry.formats()}
+    return bool((set(selected) & exports) - set(context.selected_asset_keys))
+
+
 def _metadata_value(value: Any) -> Any:
     """A path as a Dagster path, a list or dict as JSON, anything else as it is."""
     if isinstance(value, (UPath, PurePath)):
@@ -121,7 +134,7 @@ def build_export_asset(cs: CaptureSet, fmt: ExportFormat) -> dg.AssetsDefinition
         options = dg.Config.model_dump(config)  # the run's option values and ``force``
         exporter = exporter_for(fmt, options)
         force = bool(options["force"])
-        with run_progress(context):
+        with run_progress(context), sharing_decodes(exports_share_process(context, cs)):
             results = run_each(context, lambda key: run_export(store, key, exporter, force=force))
         yield from materialize_result(
             context, results, extra=lambda key: _details(exporter, store, key)
