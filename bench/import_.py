@@ -22,8 +22,8 @@ the machine's load hits both alike), on one pinned core:
   - *raw* (`ego_assets.pipeline.ingest_raw`, the ``raw_capture`` asset): check the files
     against the marker's digests while copying them to ``raw/<key>/capture/``, manifest;
   - *trajectory* (`ego_assets.pipeline.normalize`, the ``trajectory`` asset): read the raw
-    copy with the EgoDex reader again and write the store (``trajectory/<key>/``: one
-    Parquet file per stream, ``capture.json``, ``lineage.json``).
+    copy with the EgoDex reader again and write the store (``trajectory/<key>/``:
+    ``streams.parquet``, ``capture.json``, ``lineage.json``).
 
   Dagster's own cost per run (the asset steps, the event log) is not in it: that is
   the orchestration's, the same for every capture kind (``python -m bench orchestration``).

@@ -33,7 +33,7 @@ DATA_FOLDERS: tuple[tuple[str, str], ...] = (
     ("raw/", "immutable copy of each capture and its manifest (sizes, SHA-256)"),
     (
         "trajectory/",
-        "canonical trajectories (capture.json, streams/*.parquet, lineage.json, "
+        "canonical trajectories (capture.json, streams.parquet, lineage.json, "
         "action_sources.arrow)",
     ),
     ("quality/", "quality reports, gates (gate.json) and timelines"),

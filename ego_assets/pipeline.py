@@ -122,7 +122,7 @@ def normalize(storage: Storage, key: str) -> StepResult:
     with storage.read_dir(raw_capture_dir(raw)) as capture_dir:
         trajectory = read_capture(key, capture_dir, manifest.content_sha256)
     with storage.write_dir("trajectory", key, index_file=LINEAGE_FILE) as stage:
-        tables = write_trajectory_files(trajectory, stage)
+        table = write_trajectory_files(trajectory, stage)
         _write_action_sources(trajectory, stage)
         lineage = {
             "data_version": version,
@@ -133,7 +133,7 @@ def normalize(storage: Storage, key: str) -> StepResult:
         header = json.loads((stage / CAPTURE_JSON).read_text())
     published = storage.stage_path("trajectory", key)
     if is_local(published):  # the next step in this process (quality) reads it from memory
-        remember_written(Path(published.path), tables)
+        remember_written(Path(published.path), table)
     return StepResult(key, version, False, _trajectory_figures(header))
 
 

@@ -4,7 +4,7 @@ Layout below the root (one folder per capture key and stage)::
 
     landing/<key>/...          where uploaders drop captures (may live elsewhere: ``landing``)
     raw/<key>/...              manifest.json + capture/ (the capture's files, unchanged)
-    trajectory/<key>/...       canonical trajectory (capture.json + streams/*.parquet)
+    trajectory/<key>/...       canonical trajectory (capture.json + streams.parquet)
     quality/<key>/...          quality report
 
 Writers get a local staging folder (`Storage.write_dir`); readers get a local folder

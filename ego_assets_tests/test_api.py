@@ -165,9 +165,8 @@ def api(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Iterat
     storage = Storage(data, landing=staging, storage_options=s3_server.storage_options)
     for key in keys:
         _prepare(storage, key)
-    broken = storage.stage_path("trajectory", BROKEN) / "streams"
-    first = sorted(p for p in broken.iterdir() if p.name.endswith(".parquet"))[0]
-    storage.write_file(first, b"not a parquet file")
+    broken = storage.stage_path("trajectory", BROKEN) / "streams.parquet"
+    storage.write_file(broken, b"not a parquet file")
 
     with fresh_database("ego_api") as db_name:
         home = write_dagster_home(tmp / "dagster_home", s3_compute_logs=True)

@@ -216,8 +216,7 @@ def test_a_failing_inline_export_becomes_a_run(service: ExportService, tmp_path:
                 )
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 dst.write_bytes(src.read_bytes())
-    streams = sorted((storage.stage_path("trajectory", KEY) / "streams").glob("*.parquet"))
-    streams[0].write_bytes(b"not a parquet file")
+    (storage.stage_path("trajectory", KEY) / "streams.parquet").write_bytes(b"not a parquet file")
     service.storage = storage
     launched, state = service.request(target, force=True)
     assert (launched, state.status) == (True, "queued")

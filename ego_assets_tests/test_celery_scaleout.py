@@ -191,4 +191,4 @@ def test_backfill_chunks_run_on_two_celery_workers_with_outputs_in_s3(
         for stage, index in INDEX_FILES.items():
             assert f"{stage}/{key}/{index}" in objects
         assert f"quality/{key}/quality.parquet" in objects
-        assert any(o.startswith(f"trajectory/{key}/streams/") for o in objects)
+        assert f"trajectory/{key}/streams.parquet" in objects

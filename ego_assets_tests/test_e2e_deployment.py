@@ -202,7 +202,7 @@ def test_uploaded_capture_is_registered_and_fully_materialized_by_daemon_and_sen
         assert set(raw) == {"manifest.json", *(f"capture/{k}" for k in landed)}
         trajectory = s3_server.keys(f"{data}/trajectory/{CAPTURE_KEY}")
         assert "capture.json" in trajectory
-        assert any(k.startswith("streams/") and k.endswith(".parquet") for k in trajectory)
+        assert "streams.parquet" in trajectory
         quality_keys = s3_server.keys(f"{data}/quality/{CAPTURE_KEY}")
         assert {"quality.json", "quality.parquet"} <= set(quality_keys)
         bucket, _, prefix = data.removeprefix("s3://").partition("/")

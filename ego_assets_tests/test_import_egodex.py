@@ -4,6 +4,7 @@ the odd cases real files have, and bad input that fails one episode alone."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import av
@@ -272,12 +273,14 @@ def test_catalog_episodes_carry_the_source_dataset(tmp_path):
     ]
 
 
+@pytest.mark.parametrize("layout", [1, 2])
 def test_stored_trajectory_of_an_older_layout_is_written_again_with_the_same_data_version(
-    tmp_path, monkeypatch
+    tmp_path, layout
 ):
-    """An imported episode's trajectory in store layout 2 (hands as list columns); one in
-    layout 1 (a column per component, lineage without ``store_layout``) is written again by
-    `normalize` under the same data version (the releases' trajectory digest), same values."""
+    """An imported episode's trajectory in store layout 3 (one ``streams.parquet``); a store
+    of layout 1 or 2 (a file per stream; the lineage of layout 1 has no ``store_layout``)
+    under the same data version is written again by `normalize`, keeping that data version
+    (the releases' trajectory digest), with the episode's values."""
     from ego_assets import pipeline
     from ego_assets.trajectory import store
 
@@ -286,29 +289,35 @@ def test_stored_trajectory_of_an_older_layout_is_written_again_with_the_same_dat
     key = _import(src, data).landed[0]
     storage = Storage(data)
     pipeline.ingest_raw(storage, key)
-    folder = storage.stage_path("trajectory", key)
+    folder = Path(storage.stage_path("trajectory", key).path)
     first = pipeline.normalize(storage, key)
     assert not first.reused
-    hand = folder / "streams" / "hand_left_world.parquet"
-    assert pq.read_schema(hand).field("position").type == pa.list_(pa.float64(), 81)
+    schema = pq.read_schema(folder / "streams.parquet")
+    assert schema.field("hand_left_world/position").type.value_type == pa.float64()
     new = store.read_trajectory(folder)
     assert pipeline.normalize(storage, key).reused
 
-    monkeypatch.setattr(store, "LIST_MAX_ROWS", -1)  # every stream a column per component
-    store.write_trajectory(new, folder)
-    (folder / pipeline.LINEAGE_FILE).write_text(
-        json.dumps({"data_version": first.data_version, "raw_content_sha256": "x"})
-    )
-    assert "position.0.0" in pq.read_schema(hand).names
-    monkeypatch.undo()
+    # an older store (the layout's test fixture) in its place, as an earlier normalize left it
+    old = Path(__file__).parent / "data" / f"trajectory-layout{layout}"
+    shutil.rmtree(folder)
+    shutil.copytree(old, folder)
+    lineage = {"data_version": first.data_version, "raw_content_sha256": "x"}
+    if layout > 1:
+        lineage["store_layout"] = layout
+    (folder / pipeline.LINEAGE_FILE).write_text(json.dumps(lineage))
+    assert [s.name for s in store.read_trajectory(folder).streams] == [
+        "camera_left_frames",
+        "device_pose",
+        "hand_right_world",
+    ]
     again = pipeline.normalize(storage, key)
     assert (again.reused, again.data_version) == (False, first.data_version)
-    assert pq.read_schema(hand).field("position").type == pa.list_(pa.float64(), 81)
+    assert not (folder / "streams").exists()
     lineage = json.loads((folder / pipeline.LINEAGE_FILE).read_text())
-    assert lineage["store_layout"] == store.STORE_LAYOUT == 2
+    assert lineage["store_layout"] == store.STORE_LAYOUT == 3
     back = store.read_trajectory(folder)
+    assert [s.name for s in back.streams] == [s.name for s in new.streams]
     for a, b in zip(new.streams, back.streams, strict=True):
-        assert a.name == b.name
         for name, values in a.fields.items():
             np.testing.assert_array_equal(values, b.fields[name])
 

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -8,14 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ego_assets.capture import read_capture
+from ego_assets.synth import KINDS, synthesize
 from ego_assets.trajectory import store
 from ego_assets.trajectory.model import TrajectoryHeader
+from ego_assets.trajectory.packed import streams_table, table_streams
 from ego_assets.trajectory.store import (
     read_header,
     read_stream,
     read_trajectory,
-    stream_to_table,
-    table_to_stream,
     write_trajectory,
 )
 from ego_assets.trajectory.streams import SampleFlag, make_stream, sample_flags
@@ -106,7 +108,7 @@ def test_capture_json_lists_streams_with_rows_and_dims(tmp_path):
     header, index = read_header(tmp_path / "ep")
     entry = next(e for e in index if e["name"] == "hand_right_world")
     assert entry["rows"] == 9 and entry["dims"] == {"J": 27}
-    assert entry["file"] == "streams/hand_right_world.parquet"
+    assert entry["file"] == "streams.parquet"
     assert header.info.cameras[0].distortion == (0.01, -0.002, 0.0, 0.0, 0.0)
     raw = json.loads((tmp_path / "ep" / "capture.json").read_text())
     assert raw["model_version"] == "ego-trajectory-1"
@@ -144,7 +146,7 @@ def test_rewrite_replaces_the_folder_atomically_and_failed_write_keeps_the_old(t
 def test_same_trajectory_writes_the_same_bytes(tmp_path):
     write_trajectory(full_trajectory(), tmp_path / "a")
     write_trajectory(full_trajectory(), tmp_path / "b")
-    for name in ("capture.json", "streams/hand_right_world.parquet", "streams/device_pose.parquet"):
+    for name in ("capture.json", "streams.parquet"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
@@ -162,9 +164,10 @@ finite = st.floats(allow_nan=True, allow_infinity=True, width=64)
 @given(
     n=st.integers(min_value=0, max_value=6),
     joints=st.integers(min_value=1, max_value=5),
+    list_max_rows=st.sampled_from([store.LIST_MAX_ROWS, 0]),  # 0: a column per component
     data=st.data(),
 )
-def test_stream_table_coder_round_trips(n, joints, data):
+def test_stream_table_coder_round_trips(n, joints, list_max_rows, data):
     ts = np.asarray(
         data.draw(st.lists(st.integers(-(2**62), 2**62), min_size=n, max_size=n)), dtype=np.int64
     )
@@ -181,7 +184,7 @@ def test_stream_table_coder_round_trips(n, joints, data):
         {"position": values.reshape(n, joints, 3), "hand_valid": valid},
         {"joint_set": "x", "hand": "left", "frame": "world"},
     )
-    back = table_to_stream(stream_to_table(stream))
+    back = table_streams(streams_table([stream], list_max_rows))["h"]
     np.testing.assert_array_equal(back.timestamp_ns, stream.timestamp_ns)
     np.testing.assert_array_equal(back.fields["position"], stream.fields["position"])
     np.testing.assert_array_equal(back.fields["hand_valid"], stream.fields["hand_valid"])
@@ -190,6 +193,9 @@ def test_stream_table_coder_round_trips(n, joints, data):
 
 LAYOUT1 = Path(__file__).parent / "data" / "trajectory-layout1"  # written by the store before
 # layout 2 (commit 7eed8da): every shaped field one column per component, no "layout" key
+LAYOUT2 = Path(__file__).parent / "data" / "trajectory-layout2"  # written by 6fb95a9 (layout 2)
+# with LIST_MAX_ROWS 6: the pose (6 rows) and frames (3) as list columns, the hand (9 rows)
+# a column per component
 
 
 def _assert_same_streams(a, b):
@@ -207,27 +213,88 @@ def _assert_same_streams(a, b):
             np.testing.assert_array_equal(values, sb.fields[name])
 
 
-def test_short_streams_store_a_shaped_field_as_one_list_column(tmp_path):
+def test_a_trajectory_is_stored_as_one_file_of_whole_arrays(tmp_path):
     write_trajectory(full_trajectory(), tmp_path / "ep")
-    schema = pq.read_schema(tmp_path / "ep" / "streams" / "hand_right_world.parquet")
-    assert schema.metadata[b"layout"] == b"2"
-    assert schema.field("position").type == pa.list_(pa.float64(), 27 * 3)
-    assert schema.field("joint_valid").type == pa.list_(pa.bool_(), 27)
-    assert "position.0.0" not in schema.names
-    frames = pq.read_schema(tmp_path / "ep" / "streams" / "camera_left_frames.parquet")
-    assert frames.field("world_to_camera").type == pa.list_(pa.float64(), 16)
+    assert sorted(p.name for p in (tmp_path / "ep").iterdir()) == [
+        "capture.json",
+        "streams.parquet",
+    ]
+    parquet = pq.ParquetFile(tmp_path / "ep" / "streams.parquet")
+    schema = parquet.schema_arrow
+    assert parquet.metadata.num_rows == 1 and schema.metadata[b"layout"] == b"3"
+    assert schema.field("hand_right_world/position").type.value_type == pa.float64()
+    assert schema.field("hand_right_world/joint_valid").type.value_type == pa.bool_()
+    assert schema.field("device_pose/tracking_state").type.value_type == pa.string()
+    assert "hand_right_world/position.0.0" not in schema.names
+    values = pq.read_table(tmp_path / "ep" / "streams.parquet").column("hand_right_world/position")
+    original = full_trajectory().stream("hand_right_world").fields["position"]
+    assert values[0].values.to_numpy().tolist() == original.reshape(-1).tolist()  # row-major
+    entries = json.loads(schema.metadata[b"streams"])
+    assert [e["name"] for e in entries] == ["camera_left_frames", "device_pose", "hand_right_world"]
+    assert entries[2]["fields"]["position"] == {"shape": [27, 3], "unit": "m", "dtype": "float64"}
+    chunks = [parquet.metadata.row_group(0).column(i) for i in range(len(schema))]
+    encodings = {chunk.path_in_schema: chunk.encodings for chunk in chunks}
+    assert "BYTE_STREAM_SPLIT" in encodings["hand_right_world/position.list.element"]
     _assert_same_streams(read_trajectory(tmp_path / "ep"), full_trajectory())
 
 
 def test_long_streams_store_one_column_per_component(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "LIST_MAX_ROWS", 4)  # device_pose has 6 rows, the frames 3
     write_trajectory(full_trajectory(), tmp_path / "ep")
-    pose = pq.read_schema(tmp_path / "ep" / "streams" / "device_pose.parquet")
-    assert pose.metadata[b"layout"] == b"2"
-    assert "position.2" in pose.names and "position" not in pose.names
-    frames = pq.read_schema(tmp_path / "ep" / "streams" / "camera_left_frames.parquet")
-    assert frames.field("world_to_camera").type == pa.list_(pa.float64(), 16)
+    schema = pq.read_schema(tmp_path / "ep" / "streams.parquet")
+    assert "device_pose/position.2" in schema.names and "device_pose/position" not in schema.names
+    assert "device_pose/tracking_state" in schema.names  # text stays one column
+    assert "camera_left_frames/world_to_camera" in schema.names
     _assert_same_streams(read_trajectory(tmp_path / "ep"), full_trajectory())
+
+
+def test_streams_on_one_clock_store_it_once(tmp_path):
+    """A stream with the clock of one before it (bit for bit) names that stream instead
+    of storing the clock again; it reads back alone as a whole."""
+    full = full_trajectory()
+    pose = full.stream("device_pose")
+    twin = make_stream(
+        "a_twin",
+        "pose",
+        pose.timestamp_ns,
+        START_NS,
+        {k: pose.fields[k] for k in ("position", "rotation", "valid")},
+        {"frame": "world"},
+    )
+    later = make_stream(  # same timestamps, another start: another clock
+        "z_shifted", "pose", pose.timestamp_ns, START_NS - 1, dict(twin.fields), {"frame": "world"}
+    )
+    write_trajectory(replace(full, streams=(*full.streams, twin, later)), tmp_path / "ep")
+    schema = pq.read_schema(tmp_path / "ep" / "streams.parquet")
+    clocks = {e["name"]: e["clock"] for e in json.loads(schema.metadata[b"streams"])}
+    assert clocks == {
+        "a_twin": None,
+        "camera_left_frames": None,
+        "device_pose": "a_twin",
+        "hand_right_world": None,
+        "z_shifted": None,
+    }
+    assert "device_pose/timestamp_ns" not in schema.names
+    assert "z_shifted/time" in schema.names
+    alone = read_stream(tmp_path / "ep", "device_pose")
+    np.testing.assert_array_equal(alone.timestamp_ns, pose.timestamp_ns)
+    np.testing.assert_array_equal(alone.time, pose.time)
+    assert alone.fields["tracking_state"].tolist() == pose.fields["tracking_state"].tolist()
+    np.testing.assert_array_equal(read_stream(tmp_path / "ep", "z_shifted").time, later.time)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_synthetic_kind_reads_back_as_it_was_written(tmp_path, kind):
+    """What a capture reader made of each synthetic kind, stored and read back: the same
+    header and every array with its dtype, shape and bytes (NaN payloads included)."""
+    synthesize(kind, tmp_path / "cap", seconds=2, seed=3, capture_id="rt")
+    original = read_capture("rt", tmp_path / "cap")
+    write_trajectory(original, tmp_path / "ep")
+    streams = [  # name order, fields in their kind's order: as stored
+        replace(s, fields={f.name: s.fields[f.name] for f in s.spec.fields if f.name in s.fields})
+        for s in sorted(original.streams, key=lambda s: s.name)
+    ]
+    _assert_identical(read_trajectory(tmp_path / "ep"), replace(original, streams=tuple(streams)))
 
 
 def test_stores_of_layout_1_read_as_they_were_written():
@@ -236,6 +303,20 @@ def test_stores_of_layout_1_read_as_they_were_written():
     old = read_trajectory(LAYOUT1)
     _assert_same_streams(old, full_trajectory())
     assert old.header_to_dict() == full_trajectory().header_to_dict()
+    assert read_stream(LAYOUT1, "device_pose").fields["tracking_state"][5] == "limited"
+
+
+def test_stores_of_layout_2_read_as_they_were_written():
+    pose = pq.read_schema(LAYOUT2 / "streams" / "device_pose.parquet")
+    assert pose.metadata[b"layout"] == b"2"
+    assert pose.field("position").type == pa.list_(pa.float64(), 3)
+    hand = pq.read_schema(LAYOUT2 / "streams" / "hand_right_world.parquet")
+    assert "position.26.2" in hand.names and "position" not in hand.names
+    old = read_trajectory(LAYOUT2)
+    _assert_same_streams(old, full_trajectory())
+    assert old.header_to_dict() == full_trajectory().header_to_dict()
+    frames = read_stream(LAYOUT2, "camera_left_frames")
+    assert frames.fields["world_to_camera"].shape == (3, 4, 4)
 
 
 def test_a_stored_trajectory_is_read_once_per_version_and_shared_read_only(tmp_path):
@@ -287,9 +368,9 @@ def test_a_written_trajectory_is_kept_as_reading_it_back_would_give(
     monkeypatch.setattr(store, "LIST_MAX_ROWS", list_max_rows)  # 4: one column per component
     folder = tmp_path / "ep"
     folder.mkdir()
-    tables = store.write_trajectory_files(full_trajectory(), folder)
+    table = store.write_trajectory_files(full_trajectory(), folder)
     store.clear_read_cache()
-    store.remember_written(folder, tables)
+    store.remember_written(folder, table)
     kept = read_trajectory(folder)
     store.clear_read_cache()
     read_back = read_trajectory(folder)
@@ -301,7 +382,6 @@ def test_a_written_trajectory_is_kept_as_reading_it_back_would_give(
 def test_the_trajectory_step_hands_quality_what_reading_its_store_gives(tmp_path):
     from ego_assets import pipeline
     from ego_assets.storage import Storage
-    from ego_assets.synth import KINDS, synthesize
 
     storage = Storage(str(tmp_path / "data"))
     for i, kind in enumerate(KINDS):

@@ -64,8 +64,9 @@ def build_trajectory(cs: CaptureSet) -> dg.AssetsDefinition:
         code_version=pipeline.TRAJECTORY_CODE_VERSION,
         op_tags=TRAJECTORY_TAGS,
         description=(
-            "Canonical trajectory: one Parquet file per stream, each on its own clock, "
-            "plus capture.json (conventions, annotations, media timing)."
+            "Canonical trajectory: every stream, each on its own clock, in one Parquet "
+            "file (streams.parquet), plus capture.json (conventions, annotations, media "
+            "timing)."
         ),
     )
 

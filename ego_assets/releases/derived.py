@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ego_assets.actions import ActionSpace, ActionSpaceError, ActionTable
 from ego_assets.actions.derive import derive_from_sources
@@ -41,8 +40,7 @@ from ego_assets.keys import validate_capture_key
 from ego_assets.storage import Storage
 from ego_assets.trajectory.model import CaptureInfo, MediaRef, Trajectory
 from ego_assets.trajectory.records import from_jsonable
-from ego_assets.trajectory.store import CAPTURE_JSON, STREAMS_DIR, table_to_stream
-from ego_assets.trajectory.streams import Stream
+from ego_assets.trajectory.store import CAPTURE_JSON, read_streams
 
 # Stream kinds the derivation reads (IMU, objects and other vectors are left unread);
 # camera frame poses only when no pose stream gives the head, recorder slots on request.
@@ -68,12 +66,6 @@ def _trajectory_stage(root: str) -> Path:
     return Path(Storage(root).root.path) / "trajectory"
 
 
-def _read_stream(path: Path) -> Stream:
-    """One small stream file decoded on this thread (no Arrow read-ahead or pool)."""
-    source = pa.BufferReader(path.read_bytes())
-    return table_to_stream(pq.ParquetFile(source, pre_buffer=False).read(use_threads=False))
-
-
 def load_trajectory(root: Path, key: str, slots: bool = False) -> Trajectory:
     """What the derivation reads of ``key``'s trajectory: ``capture.json``'s info and
     media, the hand and head streams (`HAND_AND_HEAD_KINDS`), the camera frame streams
@@ -87,11 +79,7 @@ def load_trajectory(root: Path, key: str, slots: bool = False) -> Trajectory:
             kinds.add("media_frames")
         if slots:
             kinds.add("recorder_slots")
-        streams = tuple(
-            _read_stream(folder / STREAMS_DIR / Path(entry["file"]).name)
-            for entry in index
-            if entry["kind"] in kinds
-        )
+        streams = read_streams(folder, (entry for entry in index if entry["kind"] in kinds))
         names = {s.name for s in streams}
         media = tuple(
             m

@@ -1,25 +1,28 @@
-"""On-disk form of a `Trajectory`: one Parquet file per stream plus ``capture.json``.
+"""On-disk form of a `Trajectory`: ``capture.json`` and the streams' arrays in Parquet.
 
-Layout of an episode folder::
+Layout of an episode folder (store layout 3, `STORE_LAYOUT`)::
 
-    capture.json                 header (info, annotations, media, files, quirks) + stream index
-    streams/<stream name>.parquet  timestamp_ns int64, time float64, flags uint8, then fields
+    capture.json       header (info, annotations, media, files, quirks) + stream index
+    streams.parquet    every stream: one row, one list column per array (`packed`)
 
-A field with a per-sample shape (layout 2, schema metadata ``layout`` = ``"2"``):
+Parquet's cost is per file (footer, schema, the file system's calls) and per column
+(about 70 us whatever its length), so on a short trajectory (a 10 s EgoDex episode: 22
+streams of 300 rows) the file and column counts, not the bytes, set the write and read
+time: one file of whole arrays is what the store needs least (`ego_assets.trajectory.packed`
+says how long streams keep one column per component).
 
-* in a stream of at most `LIST_MAX_ROWS` rows, one ``fixed_size_list`` column named
-  after the field, each sample's values in row-major order (``position`` of (N, 27, 3)
-  is a list of 81 per row). Parquet's cost is about 70 us per column whatever its
-  length, so on a short stream (a 10 s episode: 300 rows, ~700 components) the column
-  count, not the bytes, sets the write and read time;
-* in a longer stream, one column per scalar component, named ``<field>.<i>[.<j>]``
-  (``position.3.1`` is joint 3, axis y): each column stays smooth in time, so
-  byte-stream-split + zstd stores values a device rounded (6 decimals) up to 5x smaller
-  than interleaved lists, and compression, not the column count, sets the time.
+Stores written before are read as they are, by the index's ``file`` of each stream:
 
-Layout 1 (stores written before, no ``layout`` key) is the second form for every
-stream; `table_to_stream` reads both, by column. The field's shape and unit are in the
-schema metadata ``fields`` and in the stream index. Writes go to a temporary sibling
+* layout 2 (schema metadata ``layout`` = ``"2"``): ``streams/<stream name>.parquet``, one
+  file per stream: ``timestamp_ns`` int64, ``time`` float64, ``flags`` uint8, then the
+  fields; a shaped field of a stream of at most 1,024 rows one ``fixed_size_list``
+  column named after the field, each sample's values row-major, in a longer stream one
+  column per scalar component ``<field>.<i>[.<j>]``;
+* layout 1 (no ``layout`` key): the same files, every shaped field one column per
+  component.
+
+`table_to_stream` reads a file of layout 1 or 2 (by the columns it finds; the field's
+shape and unit are in the schema metadata ``fields``). Writes go to a temporary sibling
 folder that is renamed into place, so readers see the old episode or the new one, never
 half of one.
 """
@@ -32,7 +35,7 @@ import shutil
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
@@ -43,10 +46,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ego_assets.trajectory.model import Trajectory, TrajectoryHeader
+from ego_assets.trajectory.packed import (
+    columns_of,
+    component_names,
+    float_paths,
+    is_packed,
+    streams_table,
+    table_streams,
+)
 from ego_assets.trajectory.streams import STREAM_KINDS, Stream
 
 CAPTURE_JSON = "capture.json"
-STREAMS_DIR = "streams"
+STREAMS_FILE = "streams.parquet"  # layout 3: every stream
+STREAMS_DIR = "streams"  # layouts 1 and 2: one file per stream
 # zstd level 1 over byte-stream-split floats, no dictionaries: sensor floats rarely
 # repeat; this writes ~3x faster than zstd defaults and, per component, ~4x smaller.
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionary": False}
@@ -55,7 +67,7 @@ PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionar
 FOLDER_MODE = 0o755  # rwxr-xr-x: published stage folders are readable like any other
 STAGING_SUFFIX = ".tmp"
 OLD_MARK = ".old-"
-STORE_LAYOUT = 2  # see the module docstring; 1: every shaped field one column per component
+STORE_LAYOUT = 3  # see the module docstring (1 and 2: a file per stream)
 LIST_MAX_ROWS = 1024  # streams up to this many rows keep a shaped field as one list column
 # `read_trajectory` keeps the last trajectories it read, up to this many bytes of arrays
 READ_CACHE_BYTES = 256 * 1024 * 1024
@@ -63,67 +75,8 @@ _READ_CACHE: OrderedDict[tuple[Any, ...], tuple[Trajectory, int]] = OrderedDict(
 _READ_LOCK = threading.Lock()
 
 
-def component_names(name: str, shape: tuple[int, ...]) -> list[str]:
-    """Column names of a shaped field, row-major (``position.0.0``, ``position.0.1``...)."""
-    return [".".join([name, *map(str, idx)]) for idx in np.ndindex(*shape)]
-
-
-def stream_to_table(stream: Stream) -> pa.Table:
-    """Arrow table of one stream (see the module docstring for the layout)."""
-    columns: list[pa.Array] = [
-        pa.array(stream.timestamp_ns),
-        pa.array(stream.time),
-        pa.array(stream.flags),
-    ]
-    names = ["timestamp_ns", "time", "flags"]
-    field_meta: dict[str, dict[str, Any]] = {}
-    as_lists = len(stream) <= LIST_MAX_ROWS
-    for spec in stream.spec.fields:
-        if spec.name not in stream.fields:
-            continue
-        arr = stream.fields[spec.name]
-        shape = tuple(arr.shape[1:])
-        field_meta[spec.name] = {"shape": list(shape), "unit": spec.unit, "dtype": spec.dtype}
-        if spec.dtype == "str":
-            columns.append(pa.array(arr.astype(object), type=pa.string()))
-            names.append(spec.name)
-        elif not shape:
-            columns.append(pa.array(arr))
-            names.append(spec.name)
-        elif as_lists:
-            flat = pa.array(np.ascontiguousarray(arr).reshape(-1))
-            columns.append(pa.FixedSizeListArray.from_arrays(flat, int(np.prod(shape))))
-            names.append(spec.name)
-        else:
-            columns.extend(_component_arrays(arr.reshape(len(arr), -1)))
-            names.extend(component_names(spec.name, shape))
-    meta = {
-        "kind": stream.kind,
-        "name": stream.name,
-        "attrs": json.dumps(dict(stream.attrs)),
-        "fields": json.dumps(field_meta),
-        "layout": str(STORE_LAYOUT),
-    }
-    schema = pa.schema(
-        [pa.field(n, c.type, nullable=False) for n, c in zip(names, columns, strict=True)],
-        metadata=meta,
-    )
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _component_arrays(values: np.ndarray) -> list[pa.Array]:
-    """One Arrow array per column of (N, W) ``values``: zero-copy slices of one transposed
-    buffer for numbers, one array per component for booleans (Arrow packs them in bits)."""
-    n, width = values.shape
-    by_component = np.ascontiguousarray(values.T)
-    if values.dtype == np.bool_:
-        return [pa.array(row) for row in by_component]
-    kind, buffer = pa.from_numpy_dtype(values.dtype), pa.py_buffer(by_component)
-    return [pa.Array.from_buffers(kind, n, [None, buffer], offset=i * n) for i in range(width)]
-
-
 def table_to_stream(table: pa.Table) -> Stream:
-    """Inverse of `stream_to_table`."""
+    """The stream of a file of store layout 1 or 2 (see the module docstring)."""
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     field_meta = json.loads(meta["fields"])
     fields: dict[str, np.ndarray] = {}
@@ -157,20 +110,9 @@ def table_to_stream(table: pa.Table) -> Stream:
     )
 
 
-def _float_columns(schema: pa.Schema) -> list[str]:
-    """Parquet paths of the float columns (for byte-stream-split encoding): a float column
-    by its name, the values of a float list column as ``<name>.list.element``."""
-    paths = []
-    for f in schema:
-        if pa.types.is_floating(f.type):
-            paths.append(f.name)
-        elif pa.types.is_fixed_size_list(f.type) and pa.types.is_floating(f.type.value_type):
-            paths.append(f"{f.name}.list.element")
-    return paths
-
-
 def stream_file_name(name: str) -> str:
-    """File name of a stream inside ``streams/`` (stream names are checked to be safe)."""
+    """File name of a stream inside ``streams/`` in layouts 1 and 2 (stream names are
+    checked to be safe: `stream_index_entry` calls it)."""
     if not name or "/" in name or name.startswith(".") or "\\" in name:
         raise ValueError(f"stream name {name!r} is not a safe file name")
     return f"{name}.parquet"
@@ -226,12 +168,13 @@ def remove_leftovers(target: Path) -> list[Path]:
 
 
 def stream_index_entry(stream: Stream) -> dict[str, Any]:
-    """The stream's entry in ``capture.json``: name, kind, file, rows, first and last
-    time (s since the capture start), dims and attrs."""
+    """The stream's entry in ``capture.json``: name, kind, file (`STREAMS_FILE`), rows,
+    first and last time (s since the capture start), dims and attrs."""
+    stream_file_name(stream.name)  # a name the layouts of one file per stream could store
     return {
         "name": stream.name,
         "kind": stream.kind,
-        "file": f"{STREAMS_DIR}/{stream_file_name(stream.name)}",
+        "file": STREAMS_FILE,
         "rows": len(stream),
         "t_first": float(stream.time.min()) if len(stream) else None,
         "t_last": float(stream.time.max()) if len(stream) else None,
@@ -240,29 +183,25 @@ def stream_index_entry(stream: Stream) -> dict[str, Any]:
     }
 
 
-def write_trajectory_files(trajectory: Trajectory, folder: Path) -> dict[str, pa.Table]:
+def write_trajectory_files(trajectory: Trajectory, folder: Path) -> pa.Table:
     """Write ``trajectory`` into the existing, empty ``folder`` (not atomic on its own);
-    returns the Arrow table written per stream name (for `remember_written`)."""
+    returns the Arrow table written to `STREAMS_FILE` (for `remember_written`)."""
     folder = Path(folder)
-    (folder / STREAMS_DIR).mkdir()
-    index = []
-    tables: dict[str, pa.Table] = {}
-    for stream in sorted(trajectory.streams, key=lambda s: s.name):
-        file_name = stream_file_name(stream.name)
-        table = tables[stream.name] = stream_to_table(stream)
-        pq.write_table(
-            table,
-            folder / STREAMS_DIR / file_name,
-            write_statistics=False,
-            use_byte_stream_split=_float_columns(table.schema),
-            **PARQUET_OPTIONS,
-        )
-        index.append(stream_index_entry(stream))
+    streams = sorted(trajectory.streams, key=lambda s: s.name)
+    index = [stream_index_entry(stream) for stream in streams]
+    table = streams_table(streams, LIST_MAX_ROWS)
+    pq.write_table(
+        table,
+        folder / STREAMS_FILE,
+        write_statistics=False,
+        use_byte_stream_split=float_paths(table.schema),
+        **PARQUET_OPTIONS,
+    )
     header: dict[str, Any] = trajectory.header_to_dict()
     header["streams"] = index
     header["duration_s"] = trajectory.duration_s
     (folder / CAPTURE_JSON).write_text(json.dumps(header, indent=1, sort_keys=True) + "\n")
-    return tables
+    return table
 
 
 def write_trajectory(trajectory: Trajectory, folder: Path) -> Path:
@@ -281,7 +220,39 @@ def read_header(folder: Path) -> tuple[TrajectoryHeader, list[dict[str, Any]]]:
 
 def read_stream(folder: Path, name: str) -> Stream:
     """One stream of an episode folder."""
-    return table_to_stream(pq.read_table(Path(folder) / STREAMS_DIR / stream_file_name(name)))
+    _, index = read_header(folder)
+    entry = next((e for e in index if e["name"] == name), None)
+    if entry is None:
+        raise KeyError(f"{folder}: no stream {name!r} in {CAPTURE_JSON}")
+    return read_streams(folder, [entry])[0]
+
+
+def read_streams(folder: Path, entries: Iterable[dict[str, Any]]) -> tuple[Stream, ...]:
+    """The streams the ``capture.json`` index ``entries`` name, in their order, from the
+    files of any store layout (each file read once, only the columns these streams need)."""
+    entries = list(entries)
+    wanted: dict[str, list[str]] = {}
+    for entry in entries:
+        wanted.setdefault(entry["file"], []).append(entry["name"])
+    found: dict[str, Stream] = {}
+    for file, names in wanted.items():
+        # the stored name, never a path out of the folder: layout 3's one file, else
+        # ``streams/<name>.parquet``
+        path = STREAMS_FILE if file == STREAMS_FILE else f"{STREAMS_DIR}/{Path(file).name}"
+        found.update(_file_streams(Path(folder) / path, names))
+    return tuple(found[entry["name"]] for entry in entries)
+
+
+def _file_streams(path: Path, names: list[str]) -> dict[str, Stream]:
+    """The streams ``names`` of one stored Parquet file, decoded on this thread (no
+    read-ahead or thread pool: the files are small, and their fixed costs dominate)."""
+    parquet = pq.ParquetFile(pa.memory_map(str(path)), pre_buffer=False)
+    schema = parquet.schema_arrow
+    if not is_packed(schema):  # layouts 1 and 2: one stream
+        stream = table_to_stream(parquet.read(use_threads=False))
+        return {stream.name: stream}
+    columns = columns_of(schema, names)
+    return table_streams(parquet.read(columns, use_threads=False), names)
 
 
 def _stored_identity(folder: Path) -> tuple[Any, ...] | None:
@@ -345,27 +316,25 @@ def clear_read_cache() -> None:
         _READ_CACHE.clear()
 
 
-def remember_written(folder: Path, tables: dict[str, pa.Table]) -> None:
+def remember_written(folder: Path, table: pa.Table) -> None:
     """Keep, for `read_trajectory`, the trajectory just published in ``folder`` (its final
-    place) from the ``tables`` `write_trajectory_files` wrote there: what reading the
-    folder would give (the Parquet files hold exactly these tables), without reading it."""
+    place) from the ``table`` `write_trajectory_files` wrote there: what reading the
+    folder would give (`STREAMS_FILE` holds exactly this table), without reading it."""
     identity = _stored_identity(folder)
     if identity is None:
         return
-    trajectory = _assemble(folder, lambda name: tables[name])
+    header, index = read_header(folder)
+    streams = table_streams(table)
+    trajectory = _trajectory(header, tuple(streams[entry["name"]] for entry in index))
     _keep(identity, trajectory, read_only(trajectory))
 
 
 def _read_trajectory(folder: Path) -> Trajectory:
-    return _assemble(
-        folder, lambda name: pq.read_table(folder / STREAMS_DIR / stream_file_name(name))
-    )
-
-
-def _assemble(folder: Path, table: Callable[[str], pa.Table]) -> Trajectory:
-    """The `Trajectory` of ``folder``'s header with each indexed stream's ``table(name)``."""
     header, index = read_header(folder)
-    streams = tuple(table_to_stream(table(entry["name"])) for entry in index)
+    return _trajectory(header, read_streams(folder, index))
+
+
+def _trajectory(header: TrajectoryHeader, streams: tuple[Stream, ...]) -> Trajectory:
     return Trajectory(
         info=header.info,
         streams=streams,
