@@ -144,7 +144,8 @@ _NUMBER_CLASSES[ord("-")] = ord("-")
 for _byte in b".eE+":
     _NUMBER_CLASSES[_byte] = ord("x")
 del _byte
-_LONG_INTEGER = b" " + b"0" * 19
+_DIGITS_19 = b"0" * 19
+_LONG_INTEGER = b" " + _DIGITS_19
 _LONG_NEGATIVE = b" -" + b"0" * 19
 _ORJSON_OPTIONS = (
     orjson.OPT_INDENT_2
@@ -250,14 +251,24 @@ def _reindent(out: bytes, indent: int) -> bytes | None:
     return out
 
 
-def json_loads(raw: bytes | str) -> Any:
+def json_loads(raw: bytes | str, *, plain: bool = False) -> Any:
     """``json.loads(raw)``, parsed by orjson (several times faster); what orjson refuses
     and json reads (NaN, infinities, lone surrogates) goes to json, and so does a text
-    with an integer of 19 digits or more (orjson reads one past 64 bits as a float)."""
-    shape = b" " + (raw.encode() if isinstance(raw, str) else raw).translate(_NUMBER_CLASSES)
-    if _LONG_INTEGER in shape or _LONG_NEGATIVE in shape:
+    with an integer of 19 digits or more (orjson reads one past 64 bits as a float).
+    ``plain``: the caller found none in a text holding ``raw`` (`plain_integers`)."""
+    if not (plain or plain_integers(raw)):
         return json.loads(raw)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         return json.loads(raw)
+
+
+def plain_integers(raw: bytes | str) -> bool:
+    """Whether every integer in the JSON text ``raw`` has fewer than 19 digits (what
+    orjson reads as json does)."""
+    shape = (raw.encode() if isinstance(raw, str) else raw).translate(_NUMBER_CLASSES)
+    if _DIGITS_19 not in shape:  # one search where most texts end (a fraction's digits too)
+        return True
+    shape = b" " + shape
+    return _LONG_INTEGER not in shape and _LONG_NEGATIVE not in shape

@@ -154,3 +154,31 @@ def test_compact_json_bytes_prints_small_floats_without_the_standard_library(mon
     want = json.dumps(doc, separators=(",", ":")).encode()
     monkeypatch.setattr(json, "dumps", lambda *a, **k: pytest.fail("json.dumps"))
     assert compact_json_bytes(doc) == want
+
+
+def test_json_lines_read_as_json_reads_each_line(tmp_path):
+    """A capture's JSON Lines go through orjson where it reads them as json does: the same
+    records and line numbers as `json.loads` line by line (BOM, CRLF, blank lines, NaN, an
+    integer past 64 bits in one line), and a bad line named as before."""
+    from ego_assets.capture.files import CaptureFiles
+    from ego_assets.errors import CaptureFormatError
+
+    lines = [
+        '{"slot": 0, "t_ms": 0.0073738908395171165, "p": [1e-07, -0.0, 2.5]}',
+        "",
+        '{"slot": 1, "v": NaN, "w": [Infinity, -Infinity]}\r',
+        '{"slot": 2, "big": 123456789012345678901234567890, "s": "\\u00e9"}',
+        "   ",
+        '{"slot": 3, "a": 1, "a": 2}',
+    ]
+    (tmp_path / "j.jsonl").write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n")
+    files = CaptureFiles("cap", tmp_path)
+    records, numbers = files.read_json_lines("j.jsonl")
+    assert numbers == [1, 3, 4, 6]
+    want = [json.loads(lines[i - 1]) for i in numbers]
+    assert json.dumps(records) == json.dumps(want)
+    assert type(records[2]["big"]) is int
+    (tmp_path / "bad.jsonl").write_text('{"slot": 0}\n{"slot": 1,}\n')
+    with pytest.raises(CaptureFormatError, match="malformed JSON line") as err:
+        files.read_json_lines("bad.jsonl")
+    assert err.value.row == 2

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from ego_assets.errors import CaptureFormatError
+from ego_assets.fileio import json_loads, plain_integers
 
 MARKER_FILE = "ego_capture.json"
 MARKER_FORMAT = "ego-capture-marker"
@@ -172,30 +173,26 @@ class CaptureFiles:
     def read_json_lines(self, rel: str) -> tuple[list[Any], list[int]]:
         """Parse JSON Lines: the records and their 1-based line numbers (blank lines skipped).
 
-        A syntax error names its line as the row.
+        A syntax error names its line as the row. Lines are parsed by orjson where it
+        reads them as json does (`ego_assets.fileio.json_loads`).
         """
         records: list[Any] = []
         lines: list[int] = []
-        path = self.path(rel)
-        try:
-            with path.open("rb") as fh:
-                for lineno, raw in enumerate(fh, start=1):
-                    if lineno == 1:
-                        raw = raw.removeprefix(UTF8_BOM)
-                    line = self._decode(rel, raw, row=lineno)
-                    if not line.strip():
-                        continue
-                    records.append(self._json_line(rel, line, lineno))
-                    lines.append(lineno)
-        except OSError as exc:
-            raise self.error(rel, _os_problem(exc)) from None
+        data = self.read_bytes(rel).removeprefix(UTF8_BOM)
+        plain = plain_integers(data)
+        for lineno, raw in enumerate(data.split(b"\n"), start=1):
+            line = self._decode(rel, raw, row=lineno)
+            if not line.strip():
+                continue
+            records.append(self._json_line(rel, line, lineno, plain))
+            lines.append(lineno)
         if not records:
             raise self.error(rel, "file has no records")
         return records, lines
 
-    def _json_line(self, rel: str, line: str, lineno: int) -> Any:
+    def _json_line(self, rel: str, line: str, lineno: int, plain: bool = False) -> Any:
         try:
-            return json.loads(line)
+            return json_loads(line, plain=plain)
         except json.JSONDecodeError as exc:
             raise self.error(rel, f"malformed JSON line: {exc.msg}", row=lineno) from None
         except RecursionError:

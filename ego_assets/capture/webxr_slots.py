@@ -1,10 +1,10 @@
 """Parse the WebXR recorder journal ``slots.jsonl`` into arrays, one row per slot.
 
-Fast path: each line is decoded with `json.loads`, the per-slot values are gathered
-with comprehensions and turned into numpy arrays whose dtype and shape are checked in
-one go. Only when that check fails does `_diagnose` walk the records one by one to
-name the exact line and field (so a malformed journal costs a second pass; a good one
-does not).
+Fast path: each line is parsed (by orjson where it reads the line as `json.loads` does:
+`CaptureFiles.read_json_lines`), the per-slot values are gathered with comprehensions
+and turned into numpy arrays whose dtype and shape are checked in one go. Only when
+that check fails does `_diagnose` walk the records one by one to name the exact line and
+field (so a malformed journal costs a second pass; a good one does not).
 
 Gap slots keep their slot number and time and nothing else: their head, hands and
 pinch are NaN with False flags, whatever the line carries.
