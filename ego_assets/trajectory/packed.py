@@ -25,6 +25,7 @@ Schema metadata: ``layout`` = ``"3"`` and ``streams``, a JSON list in column ord
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Collection, Sequence
 from types import MappingProxyType
@@ -104,8 +105,14 @@ def _one_row(values: np.ndarray) -> pa.Array:
         flat = pa.array(values.reshape(-1).astype(object), type=pa.string())
     else:
         flat = pa.array(np.ascontiguousarray(values).reshape(-1))
-    item = pa.list_(pa.field("element", flat.type, nullable=False))
-    return pa.ListArray.from_arrays(pa.array([0, len(flat)], pa.int32()), flat, type=item)
+    offsets = pa.py_buffer(np.array([0, len(flat)], np.int32))
+    return pa.Array.from_buffers(_list_of(flat.type), 1, [None, offsets], children=[flat])
+
+
+@functools.cache
+def _list_of(kind: pa.DataType) -> pa.DataType:
+    """The list type of a column whose values are ``kind`` (never null)."""
+    return pa.list_(pa.field("element", kind, nullable=False))
 
 
 def float_paths(schema: pa.Schema) -> list[str]:
