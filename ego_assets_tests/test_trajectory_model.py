@@ -1,6 +1,7 @@
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -394,3 +395,18 @@ def test_the_trajectory_step_hands_quality_what_reading_its_store_gives(tmp_path
         assert len(store._READ_CACHE) == 1  # kept by the step, not read
         kept = read_trajectory(folder)
         _assert_identical(kept, store._read_trajectory(folder))
+
+
+@pytest.mark.parametrize("layout", [1, 2, 3])
+def test_a_subset_of_streams_reads_alike_from_every_layout(tmp_path, layout):
+    """What a release's fallback derivation reads (`store.read_streams` over index
+    entries it picked): the same streams, in the entries' order, from every layout."""
+    folder = {1: LAYOUT1, 2: LAYOUT2}.get(layout, tmp_path / "ep")
+    if layout == 3:
+        write_trajectory(full_trajectory(), folder)
+    _, index = read_header(folder)
+    picked = [e for e in index if e["kind"] in ("hand_joints", "pose")][::-1]
+    streams = store.read_streams(folder, picked)
+    assert [s.name for s in streams] == ["hand_right_world", "device_pose"]
+    expected = tuple(full_trajectory().stream(s.name) for s in streams)
+    _assert_same_streams(SimpleNamespace(streams=streams), SimpleNamespace(streams=expected))
