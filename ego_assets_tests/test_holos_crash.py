@@ -34,7 +34,7 @@ import os, signal, sys
 import h5py
 from ego_assets.exports import holos as holos_export
 from ego_assets.exports.run import run_export
-from ego_assets.formats import holos_hdf5 as h, holos_writer as hw
+from ego_assets.formats import holos_h5 as hh, holos_hdf5 as h
 from ego_assets.storage import Storage
 
 root, point, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -46,16 +46,16 @@ def die(flush=None):
     os.kill(os.getpid(), signal.SIGKILL)
 
 if point == "dataset":  # after `count` datasets, flushed to disk
-    data = hw.H5Writer.data
+    data = hh.H5Writer.data
     def counting(self, *args, **kwargs):
         ds = data(self, *args, **kwargs)
         seen[0] += 1
         if seen[0] == count:
             die(self.f)
         return ds
-    hw.H5Writer.data = counting
+    hh.H5Writer.data = counting
 elif point == "media":  # inside the first media file's byte stream
-    hw.MEDIA_READ_BYTES = 4096
+    hh.MEDIA_READ_BYTES = 4096
     frombuffer = h.np.frombuffer
     def dying(buffer, dtype=float, *args, **kwargs):
         if dtype == "V1":

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 
-from ego_assets.formats import holos_writer
+from ego_assets.formats import holos_h5
 from ego_assets.formats.holos_clock import Rows, hold_rows, same_rows
 from ego_assets.formats.holos_hdf5 import read_opaque, write_file
 from ego_assets.formats.holos_hdf5_validate import validate_file
@@ -281,7 +281,7 @@ def test_block_size_does_not_change_the_bytes(holos_captures, tmp_path, monkeypa
     folder, trajectory = holos_captures["holos-visionpro"]
     a, b = tmp_path / "a.h5", tmp_path / "b.h5"
     write_file(trajectory, folder, a, history_time=HISTORY)
-    monkeypatch.setattr(holos_writer, "BLOCK_BYTES", 1)  # one chunk per write
+    monkeypatch.setattr(holos_h5, "BLOCK_BYTES", 1)  # one chunk per write
     write_file(trajectory, folder, b, history_time=HISTORY)
     assert a.read_bytes() == b.read_bytes()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from ego_assets.formats.holos_clock import (
     same_rows,
     wrist_delta,
 )
+from ego_assets.formats.holos_h5 import H5Writer, attach_scales_of, shifted_view, write_attrs
 from ego_assets.formats.holos_tracks import (
     CaptureTracks,
     joint_keep,
@@ -44,14 +46,12 @@ from ego_assets.formats.holos_writer import (
     ENV_NAME,
     ENV_TYPE_NO_SIMULATOR,
     EXPORTER_VERSION,
-    FILL,
     IMAGE_UV,
     POSE_COMPONENTS,
     REFERENCES,
     RESAMPLING,
     SIDES,
     ExportNotes,
-    H5Writer,
     iso_utc,
     label_text,
 )
@@ -101,8 +101,7 @@ def write_root_attrs(f: h5py.File, trajectory: Trajectory, history_time: str) ->
         "source_kind": info.source_kind,
         "clock": info.clock,
     }
-    for key, value in attrs.items():
-        f.attrs[key] = value
+    write_attrs(f, attrs.items())
 
 
 def write_root_scales(writer: H5Writer, tracks: CaptureTracks) -> dict[str, h5py.Dataset]:
@@ -112,33 +111,35 @@ def write_root_scales(writer: H5Writer, tracks: CaptureTracks) -> dict[str, h5py
         "axis_xyz": writer.string_scale(root, "axis_xyz", AXIS_XYZ),
         "demo": writer.string_scale(root, "demo", ["demo_0"]),
     }
-    scales["pose_component"].attrs["long_name"] = "pose components: position m, quaternion xyzw"
+    writer.attrs(scales["pose_component"], long_name="pose components: position m, quaternion xyzw")
     if tracks.joint_set is not None:
         joint = writer.string_scale(root, "joint", joint_names(tracks.joint_set))
-        joint.attrs["long_name"] = "hand skeleton joint"
-        joint.attrs["joint_set"] = tracks.joint_set
         omitted = [
             n for n in JOINT_SETS[tracks.joint_set] if n not in joint_names(tracks.joint_set)
         ]
-        joint.attrs["omitted_joints"] = ", ".join(omitted)
+        attrs = {
+            "long_name": "hand skeleton joint",
+            "joint_set": tracks.joint_set,
+            "omitted_joints": ", ".join(omitted),
+        }
         if omitted:
-            joint.attrs["comment"] = (
+            attrs["comment"] = (
                 f"{tracks.joint_set} has {len(JOINT_SETS[tracks.joint_set])} joints; "
                 f"{', '.join(omitted)} is left out of the whole file so that forearmWrist "
                 "keeps its place in the 26-joint ARKit HandSkeleton scale"
             )
+        writer.attrs(joint, **attrs)
         scales["joint"] = joint
     if tracks.landmark_set is not None:
         landmark = writer.string_scale(root, "landmark", JOINT_SETS[tracks.landmark_set])
-        landmark.attrs["long_name"] = "hand landmark"
-        landmark.attrs["joint_set"] = tracks.landmark_set
+        writer.attrs(landmark, long_name="hand landmark", joint_set=tracks.landmark_set)
         scales["landmark"] = landmark
     if tracks.landmarks_2d:
         scales["image_uv"] = writer.string_scale(root, "image_uv", IMAGE_UV)
     if tracks.objects is not None:
         ids = sorted(set(tracks.objects.fields["anchor_id"].tolist()))
         obj = writer.string_scale(root, "tracked_object", ids)
-        obj.attrs["long_name"] = "tracked object anchor id"
+        writer.attrs(obj, long_name="tracked object anchor id")
         names: dict[str, str] = {}
         for anchor, name in zip(
             tracks.objects.fields["anchor_id"].tolist(),
@@ -153,24 +154,26 @@ def write_root_scales(writer: H5Writer, tracks: CaptureTracks) -> dict[str, h5py
 
 def write_robomimic_groups(writer: H5Writer, trajectory: Trajectory, samples: int) -> None:
     data = writer.group("data")
-    data.attrs["total"] = np.int64(samples)
     env_kwargs = to_jsonable(trajectory.info)
     env_args = {"env_name": ENV_NAME, "type": ENV_TYPE_NO_SIMULATOR, "env_kwargs": env_kwargs}
-    data.attrs["env_args"] = json.dumps(env_args, sort_keys=True)
+    writer.attrs(data, total=np.int64(samples), env_args=json.dumps(env_args, sort_keys=True))
     mask = writer.group("mask")
     writer.strings(mask, "all", ["demo_0"], [writer.f["demo"]])
 
 
 def _demo_attrs(demo: h5py.Group, trajectory: Trajectory, master: MasterClock) -> None:
     info = trajectory.info
-    demo.attrs["num_samples"] = np.int64(len(master.timestamp_ns))
-    demo.attrs["frame"] = f"{info.world_frame}"
-    demo.attrs["handedness"] = info.handedness
-    demo.attrs["up_axis"] = info.up_axis
-    demo.attrs["quaternion_order"] = info.quaternion_order
-    demo.attrs["length_unit"] = info.length_unit
-    demo.attrs["master_clock"] = master.description
-    demo.attrs["resampling"] = RESAMPLING
+    H5Writer.attrs(
+        demo,
+        num_samples=np.int64(len(master.timestamp_ns)),
+        frame=f"{info.world_frame}",
+        handedness=info.handedness,
+        up_axis=info.up_axis,
+        quaternion_order=info.quaternion_order,
+        length_unit=info.length_unit,
+        master_clock=master.description,
+        resampling=RESAMPLING,
+    )
 
 
 @dataclass
@@ -200,6 +203,7 @@ class DemoSection(Section):
         self.time = writer.time_scale(self.demo, self.time_s, time_units(trajectory))
         self.wrists: dict[str, np.ndarray] = {}
         self.device_pose: np.ndarray | None = None
+        self.labelled: set[str] = set()  # axes whose labels ``obs`` holds
 
     def hold(self, track: Track) -> tuple[np.ndarray, np.ndarray]:
         index, held = hold_index(track.timestamp_ns, self.ns)
@@ -221,10 +225,13 @@ class DemoSection(Section):
         ``.sel(joint="forearmWrist")`` works. robomimic reads only the obs keys it is given.
         """
         name = scale.name.rsplit("/", 1)[-1]
+        if name in self.labelled:
+            return
+        self.labelled.add(name)
         if name in self.obs:
             return
         ds = self.writer.strings(self.obs, name, [label_text(v) for v in scale[...]], [scale])
-        ds.attrs["long_name"] = f"labels of the {name} axis (copy of /{name})"
+        self.writer.attrs(ds, long_name=f"labels of the {name} axis (copy of /{name})")
 
     def write(self) -> None:
         t = self.tracks
@@ -426,28 +433,20 @@ class DemoSection(Section):
 
         robomimic reads ``next_obs`` by default (``load_next_obs=True``). The mapping
         points into this file (source file ``.``), so it costs no copy and survives a
-        rename; the last row repeats the last sample.
+        rename; the last row repeats the last sample. Scales and attributes (``units``,
+        ``long_name``, ``_FillValue``, ``frame``) are read from the obs key, as they
+        always were: reading variable-length values reorders HDF5's global heaps, so
+        the same reads keep the same bytes.
         """
-        import h5py
-
         group = self.writer.group(f"{DEMO}/next_obs")
         for key in self.notes.obs:
             src = self.obs[key]
-            n = src.shape[0]
-            layout = h5py.VirtualLayout(src.shape, src.dtype, filename=self.writer.f.filename)
-            layout.dcpl.set_obj_track_times(False)  # no timestamp: same input, same bytes
-            if n:
-                source = h5py.VirtualSource(src)
-                layout[: n - 1] = source[1:n]
-                layout[n - 1] = source[n - 1]
-            fill = FILL if src.dtype.kind == "f" else 0
-            ds = group.create_virtual_dataset(key, layout, fillvalue=fill)
-            for axis in range(src.ndim):
-                ds.dims[axis].attach_scale(src.dims[axis][0])
-            for name in ("units", "long_name", "_FillValue", "frame"):
-                if name in src.attrs:
-                    ds.attrs[name] = src.attrs[name]
-            ds.attrs["comment"] = f"obs/{key} one sample later (virtual; last row repeated)"
+            ds = shifted_view(group, key, f"/{DEMO}/obs/{key}", src.shape, src.dtype)
+            attach_scales_of(ds, src)
+            names = [n for n in ("units", "long_name", "_FillValue", "frame") if n in src.attrs]
+            comment = f"obs/{key} one sample later (virtual; last row repeated)"
+            # each value read just before it is written, as before
+            write_attrs(ds, chain(((n, src.attrs[n]) for n in names), [("comment", comment)]))
 
     def frame_index(self, camera: str, frames: Stream) -> None:
         values = nearest_index(frames.timestamp_ns, self.ns)

@@ -31,10 +31,11 @@ from ego_assets.formats.holos_demo import (
     write_root_attrs,
     write_root_scales,
 )
+from ego_assets.formats.holos_h5 import H5Writer
 from ego_assets.formats.holos_media import write_decoded_frames, write_files, write_media
 from ego_assets.formats.holos_raw import RawSection, write_annotations
 from ego_assets.formats.holos_tracks import sort_tracks
-from ego_assets.formats.holos_writer import ExportNotes, H5Writer
+from ego_assets.formats.holos_writer import ExportNotes
 from ego_assets.progress import WRITE_TASK, report
 from ego_assets.trajectory.model import Trajectory
 

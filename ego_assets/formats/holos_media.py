@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import mimetypes
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ego_assets.formats.holos_demo import DemoSection
-from ego_assets.formats.holos_writer import GZIP_LEVEL, ExportNotes, H5Writer, safe_name
+from ego_assets.formats.holos_h5 import H5Writer, write_attrs
+from ego_assets.formats.holos_writer import GZIP_LEVEL, ExportNotes, safe_name
 from ego_assets.trajectory.model import Trajectory
 
 # ------------------------------------------------------------------- files, media
@@ -41,8 +43,7 @@ def _thumbnail(writer: H5Writer, path: Path) -> None:
     ]
     writer.attach(ds, dims)
     writer.image_attrs(ds)
-    ds.attrs["long_name"] = "capture thumbnail, RGB"
-    ds.attrs["units"] = "1"
+    writer.attrs(ds, long_name="capture thumbnail, RGB", units="1")
 
 
 def write_files(
@@ -80,7 +81,7 @@ def _embed_file(writer: H5Writer, raw_dir: Path, rel: str, mime: str) -> None:
     parts = [safe_name(p) for p in rel.split("/") if p]
     group = writer.group("/".join(["holos/files", *parts[:-1]]))
     ds = writer.opaque(group, parts[-1], raw_dir / rel, mime, None)
-    ds.attrs["source_file"] = rel
+    writer.attrs(ds, source_file=rel)
 
 
 def write_media(
@@ -90,20 +91,21 @@ def write_media(
     for ref in trajectory.media:
         name = safe_name(ref.role)
         ds = writer.opaque(group, name, raw_dir / ref.path, ref.mime, f"{name}_bytes")
-        ds.attrs["source_file"] = ref.path
+        attrs: dict[str, Any] = {"source_file": ref.path}
         if ref.kind == "audio":
-            ds.attrs["sample_rate_hz"] = np.int64(ref.sample_rate_hz)
-            ds.attrs["channels"] = np.int64(ref.channels)
-            ds.attrs["duration_s"] = np.float64(ref.duration_s)
+            attrs["sample_rate_hz"] = np.int64(ref.sample_rate_hz)
+            attrs["channels"] = np.int64(ref.channels)
+            attrs["duration_s"] = np.float64(ref.duration_s)
         else:
-            ds.attrs["codec"] = ref.codec
-            ds.attrs["width"] = np.int64(ref.width)
-            ds.attrs["height"] = np.int64(ref.height)
-            ds.attrs["fps"] = np.float64(ref.fps)
-            ds.attrs["duration_s"] = np.float64(ref.duration_s)
-            ds.attrs["frame_count"] = np.int64(ref.frame_count)
+            attrs["codec"] = ref.codec
+            attrs["width"] = np.int64(ref.width)
+            attrs["height"] = np.int64(ref.height)
+            attrs["fps"] = np.float64(ref.fps)
+            attrs["duration_s"] = np.float64(ref.duration_s)
+            attrs["frame_count"] = np.int64(ref.frame_count)
             if ref.unit:
-                ds.attrs["unit"] = ref.unit
+                attrs["unit"] = ref.unit
+        write_attrs(ds, attrs.items())
     if not any(m.kind == "audio" for m in trajectory.media):
         notes.skip("media/audio", "no audio")
     if not any(m.kind == "video" for m in trajectory.media):
@@ -158,6 +160,7 @@ def write_decoded_frames(
                     ds[row] = frame.to_ndarray(format="rgb24")
         writer.attach(ds, dims)
         writer.image_attrs(ds)
-        ds.attrs["long_name"] = f"decoded {ref.role} frames, RGB, rows as the frame timing"
-        ds.attrs["units"] = "1"
+        writer.attrs(
+            ds, long_name=f"decoded {ref.role} frames, RGB, rows as the frame timing", units="1"
+        )
         demo.frame_index(safe_name(ref.role), frames)

@@ -16,12 +16,12 @@ from ego_assets.formats.holos_clock import (
     sample_ranges,
 )
 from ego_assets.formats.holos_demo import Section, time_units
+from ego_assets.formats.holos_h5 import H5Writer, write_attrs
 from ego_assets.formats.holos_tracks import joint_pick
 from ego_assets.formats.holos_writer import (
     NON_UDUNITS,
     SIDES,
     ExportNotes,
-    H5Writer,
     safe_name,
 )
 from ego_assets.trajectory.model import Trajectory
@@ -40,15 +40,20 @@ class RawSection(Section):
         t = stream.time if rows is None else stream.time[rows]
         time = self.writer.time_scale(group, t, self.units)
         self.writer.data(group, "timestamp_ns", ts, [time], "ns", "source timestamp, nanoseconds")
-        group.attrs["source_stream"] = stream.name
-        group.attrs["stream_kind"] = stream.kind
         # every attr, so an import rebuilds the stream; netCDF has no booleans: 0/1 int8,
         # their names listed in ``boolean_attrs``
         flags = sorted(k for k, v in stream.attrs.items() if isinstance(v, bool))
-        for key, value in sorted(stream.attrs.items()):
-            group.attrs[key] = np.int8(value) if key in flags else value
+        attrs: list[tuple[str, Any]] = [
+            ("source_stream", stream.name),
+            ("stream_kind", stream.kind),
+        ]
+        attrs += [
+            (key, np.int8(value) if key in flags else value)
+            for key, value in sorted(stream.attrs.items())
+        ]
         if flags:
-            group.attrs["boolean_attrs"] = ", ".join(flags)
+            attrs.append(("boolean_attrs", ", ".join(flags)))
+        write_attrs(group, attrs)
         self.notes.raw.append(path)
         return group, time
 
@@ -126,7 +131,7 @@ class RawSection(Section):
             ds = self.writer.strings(
                 group, "tracking_state", stream.fields["tracking_state"].tolist(), [time]
             )
-            ds.attrs["long_name"] = "ARKit tracking state (normal, limited, notAvailable)"
+            self.writer.attrs(ds, long_name="ARKit tracking state (normal, limited, notAvailable)")
 
     def _skeleton(self, path: str, stream: Stream) -> None:
         group, time = self.clock(path, stream)
@@ -190,7 +195,7 @@ class RawSection(Section):
         else:
             points = stream.fields["uv"]
             comp, units, what = self.scales["image_uv"], "1", "normalized image u, v"
-            group.attrs["image_origin"] = str(stream.attrs["image_origin"])
+            self.writer.attrs(group, image_origin=str(stream.attrs["image_origin"]))
         self.writer.data(group, "points", points, [time, landmark, comp], units, what)
         if "joint_confidence" in stream.fields:
             self.writer.data(
@@ -208,7 +213,8 @@ class RawSection(Section):
 
     def _imu(self, path: str, stream: Stream) -> None:
         group, time = self.clock(path, stream)
-        group.attrs["source"] = f"measured ({stream.attrs.get('source_file', stream.name)})"
+        source = f"measured ({stream.attrs.get('source_file', stream.name)})"
+        self.writer.attrs(group, source=source)
         xyz = [time, self.scales["axis_xyz"]]
         self.writer.data(
             group, "accel", stream.fields["accel"], xyz, "m s-2", "user acceleration, device frame"
@@ -228,8 +234,7 @@ class RawSection(Section):
         for anchor in sorted(set(anchors.tolist())):
             rows = np.flatnonzero(anchors == anchor)
             group, time = self.clock(f"holos/raw/object_pose/{safe_name(anchor)}", stream, rows)
-            group.attrs["anchor_id"] = anchor
-            group.attrs["name"] = str(names[rows[0]])
+            self.writer.attrs(group, anchor_id=anchor, name=str(names[rows[0]]))
             pc = self.scales["pose_component"]
             self.writer.data(
                 group,
@@ -255,7 +260,7 @@ class RawSection(Section):
                 dims.append(self.writer.pure_dim(group, f"{spec.name}_dim{axis}", size))
             if spec.dtype == "str":
                 ds = self.writer.strings(group, spec.name, values.tolist(), dims)
-                ds.attrs["long_name"] = spec.description
+                self.writer.attrs(ds, long_name=spec.description)
             elif spec.unit in NON_UDUNITS:
                 units, comment = NON_UDUNITS[spec.unit]
                 self.writer.data(
@@ -322,9 +327,10 @@ def write_annotations(
             ("end_sample", "<i8"),
         ]
         _record_dataset(writer, "holos/events", "procedure_steps", "step", _compound(rows, fields))
-        writer.f["holos/events/procedure_steps"].attrs["comment"] = (
-            "t_start, t_end: seconds since the capture start; start_sample, end_sample: "
-            "indices into /data/demo_0 (end exclusive)"
+        writer.attrs(
+            writer.f["holos/events/procedure_steps"],
+            comment="t_start, t_end: seconds since the capture start; start_sample, "
+            "end_sample: indices into /data/demo_0 (end exclusive)",
         )
     else:
         notes.skip("holos/events/procedure_steps", "no procedure steps")

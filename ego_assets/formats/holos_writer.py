@@ -1,5 +1,6 @@
-"""The Holos HDF5 writer core: the format's constants, the export notes and `H5Writer`
-(datasets, scales, attributes and opaque media over one open file).
+"""The Holos HDF5 writer core: the format's constants, the export notes and small helpers
+(no h5py: `ego_assets.exports.holos` reads the version here; the HDF5 layer,
+`H5Writer`, is in `holos_h5`).
 
 Part of the writer of `ego_assets.formats.holos_hdf5` (the format: docs/formats/holos-hdf5.md).
 """
@@ -8,21 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ego_assets.formats.holos_clock import (
-    MAX_AGE_NS,
-    Rows,
-)
+from ego_assets.formats.holos_clock import MAX_AGE_NS
 from ego_assets.trajectory.records import to_jsonable
-
-if TYPE_CHECKING:
-    import h5py  # imported where used: a code location defining assets loads no h5py
 
 FORMAT_NAME = "holos_hdf5"
 CONVENTION_VERSION = "HolosCapture-1.0"
@@ -123,19 +115,6 @@ def iso_utc(epoch_ns: int) -> str:
     return f"{stamp}.{frac}Z"
 
 
-def _fixed_ascii_attr(obj: h5py.HLObject, name: str, text: str) -> None:
-    """A NULLTERM fixed-length ASCII string attribute (what the Image spec prescribes)."""
-    import h5py
-
-    tid = h5py.h5t.C_S1.copy()
-    tid.set_size(len(text) + 1)
-    tid.set_strpad(h5py.h5t.STR_NULLTERM)
-    if h5py.h5a.exists(obj.id, name.encode()):
-        h5py.h5a.delete(obj.id, name.encode())
-    attr = h5py.h5a.create(obj.id, name.encode(), tid, h5py.h5s.create(h5py.h5s.SCALAR))
-    attr.write(np.array(text.encode("ascii"), dtype=f"S{len(text) + 1}"), mtype=tid)
-
-
 def chunk_rows(row_bytes: int, rows: int) -> int:
     """Rows per time-major chunk: a power of two near `CHUNK_TARGET_BYTES`, at most ``rows``."""
     target = max(1, CHUNK_TARGET_BYTES // max(1, row_bytes))
@@ -155,194 +134,3 @@ def safe_name(name: str) -> str:
     """A group name from a stream, anchor or file name (no '/', not '.' or '..')."""
     cleaned = name.replace("/", "_").strip()
     return cleaned if cleaned not in ("", ".", "..") else f"_{cleaned}"
-
-
-class H5Writer:
-    """Dataset, scale and attribute helpers over one open file (deterministic layout)."""
-
-    def __init__(self, f: h5py.File, device_clock: bool = False) -> None:
-        self.f = f
-        self.device_clock = device_clock
-
-    def group(self, path: str) -> h5py.Group:
-        if path in self.f:
-            return self.f[path]
-        return self.f.create_group(path, track_order=False)
-
-    def string_scale(self, group: h5py.Group, name: str, values: Sequence[str]) -> h5py.Dataset:
-        """A 1-D variable-length UTF-8 coordinate scale named ``name``."""
-        import h5py
-
-        ds = group.create_dataset(
-            name, data=np.array(list(values), dtype=object), dtype=h5py.string_dtype()
-        )
-        ds.make_scale(name)
-        return ds
-
-    def pure_dim(self, group: h5py.Group, name: str, size: int) -> h5py.Dataset:
-        """A netCDF-4 dimension without values (no bytes stored)."""
-        ds = group.create_dataset(name, shape=(size,), dtype=">f4")
-        ds.make_scale(f"{PURE_DIM}{size:10d}")
-        return ds
-
-    def time_scale(self, group: h5py.Group, time_s: np.ndarray, units: str) -> h5py.Dataset:
-        """``time`` float64 seconds since the capture start: the CF time coordinate."""
-        ds = self._create(group, "time", np.asarray(time_s, dtype=np.float64))
-        ds.make_scale("time")
-        ds.attrs["units"] = units
-        ds.attrs["long_name"] = "time since the capture start"
-        ds.attrs["standard_name"] = "time"
-        ds.attrs["axis"] = "T"
-        ds.attrs["calendar"] = "proleptic_gregorian"
-        ds.attrs["units_metadata"] = "leap_seconds: none"
-        if self.device_clock:
-            ds.attrs["comment"] = DEVICE_CLOCK_COMMENT
-        return ds
-
-    def _create(
-        self, group: h5py.Group, name: str, data: np.ndarray | Rows, fill: bool = False
-    ) -> h5py.Dataset:
-        """A dataset holding ``data``: time-major gzip chunks unless tiny.
-
-        `Rows` are written in blocks of whole chunks (about `BLOCK_BYTES`), each assembled
-        just before it is written, so no full-size copy of the values ever exists.
-        """
-        if not isinstance(data, Rows):
-            data = np.ascontiguousarray(data)
-        shape, dtype = data.shape, np.dtype(data.dtype)
-        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-        kwargs: dict[str, Any] = {}
-        if fill:
-            kwargs["fillvalue"] = FILL
-        rows = shape[0] if shape else 0
-        if row_bytes * rows >= TINY_BYTES and rows > 0:
-            rows = chunk_rows(row_bytes, shape[0])
-            if group.name.endswith("/obs"):  # loaders read short windows of obs
-                rows = min(rows, OBS_CHUNK_ROWS)
-            kwargs.update(
-                chunks=(rows, *shape[1:]),
-                compression="gzip",
-                compression_opts=GZIP_LEVEL,
-                shuffle=True,
-                fletcher32=True,
-            )
-        if not isinstance(data, Rows):
-            return group.create_dataset(name, data=data, **kwargs)
-        ds = group.create_dataset(name, shape=shape, dtype=dtype, **kwargs)
-        step = max(1, rows) * max(1, BLOCK_BYTES // max(1, rows * row_bytes))
-        for start in range(0, shape[0], step):
-            stop = min(start + step, shape[0])
-            ds.write_direct(data.block(start, stop), dest_sel=np.s_[start:stop])
-        return ds
-
-    def data(
-        self,
-        group: h5py.Group,
-        name: str,
-        values: np.ndarray | Rows,
-        dims: Sequence[h5py.Dataset],
-        units: str,
-        long_name: str,
-        **attrs: Any,
-    ) -> h5py.Dataset:
-        """A numeric dataset with a scale on every axis and its CF attributes.
-
-        Float datasets get ``_FillValue`` NaN (a stream can be absent at any sample).
-        """
-        if not isinstance(values, Rows):
-            values = np.asarray(values)
-            if values.dtype == bool:
-                values = values.astype(np.uint8)
-        is_float = np.dtype(values.dtype).kind == "f"
-        ds = self._create(group, name, values, fill=is_float)
-        self.attach(ds, dims)
-        ds.attrs["units"] = units
-        ds.attrs["long_name"] = long_name
-        if is_float:
-            ds.attrs["_FillValue"] = np.float64(FILL)
-        for key, value in attrs.items():
-            ds.attrs[key] = value
-        return ds
-
-    def strings(
-        self, group: h5py.Group, name: str, values: Sequence[str], dims: Sequence[h5py.Dataset]
-    ) -> h5py.Dataset:
-        """A variable-length UTF-8 string dataset (HDF5 cannot filter these)."""
-        import h5py
-
-        ds = group.create_dataset(
-            name, data=np.array(list(values), dtype=object), dtype=h5py.string_dtype()
-        )
-        self.attach(ds, dims)
-        return ds
-
-    def text(self, group: h5py.Group, name: str, text: str, **attrs: Any) -> h5py.Dataset:
-        """A scalar variable-length UTF-8 string dataset."""
-        import h5py
-
-        ds = group.create_dataset(name, data=text, dtype=h5py.string_dtype())
-        for key, value in attrs.items():
-            ds.attrs[key] = value
-        return ds
-
-    @staticmethod
-    def attach(ds: h5py.Dataset, dims: Sequence[h5py.Dataset]) -> None:
-        if len(dims) != ds.ndim:
-            raise ValueError(f"{ds.name}: {ds.ndim} axes but {len(dims)} scales")
-        for axis, scale in enumerate(dims):
-            if scale.shape[0] != ds.shape[axis]:
-                raise ValueError(
-                    f"{ds.name}: axis {axis} has {ds.shape[axis]} entries, "
-                    f"scale {scale.name} has {scale.shape[0]}"
-                )
-            ds.dims[axis].attach_scale(scale)
-
-    def image_attrs(self, ds: h5py.Dataset) -> None:
-        """Image spec 1.2 attributes of a truecolor, pixel-interlaced picture.
-
-        Written after the scales are attached: HDF5 refuses to attach scales to an IMAGE.
-        """
-        _fixed_ascii_attr(ds, "CLASS", "IMAGE")
-        _fixed_ascii_attr(ds, "IMAGE_VERSION", "1.2")
-        _fixed_ascii_attr(ds, "IMAGE_SUBCLASS", "IMAGE_TRUECOLOR")
-        _fixed_ascii_attr(ds, "INTERLACE_MODE", "INTERLACE_PIXEL")
-
-    def opaque(
-        self, group: h5py.Group, name: str, source: Path, mime: str, dim_name: str | None
-    ) -> h5py.Dataset:
-        """The bytes of ``source`` as a 1-D ``H5T_OPAQUE`` dataset tagged ``mime``.
-
-        One element per byte, 1 MiB chunks, gzip + shuffle + Fletcher-32, streamed from
-        the file in blocks. The type is transient (committing it breaks h5netcdf).
-        ``dim_name`` adds a pure-dimension scale for the byte axis in the same group.
-        """
-        import h5py
-
-        size = source.stat().st_size
-        tid = h5py.h5t.create(h5py.h5t.OPAQUE, 1)
-        tid.set_tag(mime.encode("ascii"))
-        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        dcpl.set_obj_track_times(False)
-        if size >= TINY_BYTES:
-            dcpl.set_chunk((min(MEDIA_CHUNK_BYTES, size),))
-            dcpl.set_shuffle()
-            dcpl.set_deflate(MEDIA_GZIP_LEVEL)
-            dcpl.set_fletcher32()
-        space = h5py.h5s.create_simple((size,))
-        did = h5py.h5d.create(group.id, name.encode(), tid, space, dcpl=dcpl)
-        with source.open("rb") as fh:
-            offset = 0
-            while offset < size:
-                block = fh.read(min(MEDIA_READ_BYTES, size - offset))
-                if not block:
-                    raise OSError(f"{source}: shorter than {size} bytes")
-                arr = np.frombuffer(block, dtype="V1")
-                file_space = did.get_space()
-                file_space.select_hyperslab((offset,), (len(arr),))
-                did.write(h5py.h5s.create_simple((len(arr),)), file_space, arr, mtype=tid)
-                offset += len(arr)
-        ds = h5py.Dataset(did)
-        ds.attrs["mime_type"] = mime
-        if dim_name is not None:
-            self.attach(ds, [self.pure_dim(group, dim_name, size)])
-        return ds
