@@ -40,12 +40,14 @@ from ego_assets.formats.egosmith_loader import split_shards, window_dataset
 from ego_assets.formats.egosmith_reader import is_egosmith_path, iter_shard, validate_path
 from ego_assets.formats.egosmith_webdataset import (
     CHROMA_STRETCH,
+    LUMA_STRETCH,
     EgoSmithOptions,
     ShardWriter,
     encode_jpeg,
     full_range,
     npy_bytes,
     parse_key,
+    ustar_header,
 )
 from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.synth import synthesize
@@ -466,6 +468,37 @@ def test_limited_range_stretch_is_within_one_level_of_bt601():
     ends = np.array([[0, 16, 128, 235, 240, 255]], dtype=np.uint8)  # black, grey, white
     assert full_range(ends).tolist() == [[0, 0, 130, 255, 255, 255]]
     assert full_range(ends, CHROMA_STRETCH)[0, [0, 1, 2, 4, 5]].tolist() == [0, 0, 128, 255, 255]
+
+
+@pytest.mark.parametrize("stretch", [LUMA_STRETCH, CHROMA_STRETCH])
+def test_the_stretch_is_its_fixed_point_formula_at_every_level(stretch):
+    lo, hi, mul, add = stretch
+    levels = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    formula = ((np.clip(levels.astype(np.int64), lo, hi) - lo) * mul + add) >> 8
+    out, work = np.full((16, 16), 7, np.uint8), np.full((16, 16), 7, np.uint16)
+    assert full_range(levels, stretch, out, work) is out
+    assert out.tolist() == formula.tolist() == full_range(levels, stretch).tolist()
+
+
+def _tarfile_header(name, size):
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = size, 0o444, 0
+    return info.tobuf(tarfile.USTAR_FORMAT)
+
+
+@pytest.mark.parametrize("length", [0, 1, 37, 99, 100, 101])
+@pytest.mark.parametrize("size", [0, 1, 511, 512, 513, 10**9, 8**11 - 1, 8**11])
+def test_member_headers_are_tarfiles(length, size):
+    """`ustar_header` fills a template; tarfile's own header for every name and size
+    (too long a name or too large a size: tarfile's refusal)."""
+    for name in (("ds_ep000001_f000002.image.jpg" * 4)[:length], "é" * length):
+        try:
+            expected = _tarfile_header(name, size)
+        except ValueError:
+            with pytest.raises(ValueError):
+                ustar_header(name, size)
+            continue
+        assert ustar_header(name, size) == expected
 
 
 @pytest.mark.parametrize("pix_fmt", ["yuv420p", "yuvj420p"])
