@@ -9,7 +9,7 @@ import pytest
 
 from ego_assets.formats import holos_h5
 from ego_assets.formats.holos_clock import Rows
-from ego_assets.formats.holos_h5 import H5Writer, attach_scales_of, shifted_view, write_attrs
+from ego_assets.formats.holos_h5 import H5Writer, next_row_view, write_attrs
 from ego_assets.formats.holos_writer import PURE_DIM
 
 ATTRS = {
@@ -66,6 +66,7 @@ def _high_level(path):
         ds.dims[0].attach_scale(time)
         ds.dims[1].attach_scale(scale)
         ds.attrs["units"] = "m"
+        ds.attrs["_FillValue"] = np.float64(np.nan)
         tiny = group.create_dataset("tiny", data=np.arange(3, dtype=np.int64))
         tiny.dims[0].attach_scale(scale)
         group.create_dataset("byte", shape=(5,), dtype=">f4").make_scale(f"{PURE_DIM}{5:10d}")
@@ -81,7 +82,10 @@ def _high_level(path):
         view = f.create_group("next").create_virtual_dataset("pose", layout, fillvalue=np.nan)
         for axis in range(2):
             view.dims[axis].attach_scale(src.dims[axis][0])
-        view.attrs["units"] = src.attrs["units"]
+        for name in ("units", "long_name", "_FillValue", "frame"):
+            if name in src.attrs:
+                view.attrs[name] = src.attrs[name]
+        view.attrs["comment"] = "one row later"
 
 
 def _low_level(path):
@@ -95,17 +99,14 @@ def _low_level(path):
         values = np.random.default_rng(0).normal(size=(300, 3))
         ds = writer._create(group, "pose", Rows((values,), np.dtype(np.float64)), fill=True)
         writer.attach(ds, [time, scale])
-        writer.attrs(ds, units="m")
+        writer.attrs(ds, units="m", _FillValue=np.float64(np.nan))
         tiny = writer._create(group, "tiny", np.arange(3, dtype=np.int64))
         writer.attach(tiny, [scale])
         writer.pure_dim(group, "byte", 5)
         writer.string_scale(group, "empty", [])
         writer.text(group, "text", "{}", m="j")
         del ds, tiny
-        src = group["pose"]
-        view = shifted_view(writer.group("next"), "pose", "/g/obs/pose", src.shape, src.dtype)
-        attach_scales_of(view, src)
-        write_attrs(view, [("units", src.attrs["units"])])
+        next_row_view(writer.group("next"), group, "pose", "/g/obs/pose", "one row later")
 
 
 def test_the_low_level_calls_write_what_h5py_writes(tmp_path, monkeypatch):
@@ -116,6 +117,8 @@ def test_the_low_level_calls_write_what_h5py_writes(tmp_path, monkeypatch):
     with h5py.File(low) as f:  # what was written is there
         assert f.attrs["units"] == "overwritten" and list(f.attrs["sizes"]) == [1, 2, 3]
         np.testing.assert_array_equal(f["next/pose"][:-1], f["g/obs/pose"][1:])
+        assert f["next/pose"].attrs["units"] == "m"
+        assert f["next/pose"].dims[0][0] == f["g/obs/time"]
     assert high.read_bytes() == low.read_bytes()
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +24,7 @@ from ego_assets.formats.holos_clock import (
     same_rows,
     wrist_delta,
 )
-from ego_assets.formats.holos_h5 import H5Writer, attach_scales_of, shifted_view, write_attrs
+from ego_assets.formats.holos_h5 import H5Writer, next_row_view, write_attrs
 from ego_assets.formats.holos_tracks import (
     CaptureTracks,
     joint_keep,
@@ -434,19 +433,12 @@ class DemoSection(Section):
         robomimic reads ``next_obs`` by default (``load_next_obs=True``). The mapping
         points into this file (source file ``.``), so it costs no copy and survives a
         rename; the last row repeats the last sample. Scales and attributes (``units``,
-        ``long_name``, ``_FillValue``, ``frame``) are read from the obs key, as they
-        always were: reading variable-length values reorders HDF5's global heaps, so
-        the same reads keep the same bytes.
+        ``long_name``, ``_FillValue``, ``frame``) are the obs key's (`next_row_view`).
         """
         group = self.writer.group(f"{DEMO}/next_obs")
         for key in self.notes.obs:
-            src = self.obs[key]
-            ds = shifted_view(group, key, f"/{DEMO}/obs/{key}", src.shape, src.dtype)
-            attach_scales_of(ds, src)
-            names = [n for n in ("units", "long_name", "_FillValue", "frame") if n in src.attrs]
             comment = f"obs/{key} one sample later (virtual; last row repeated)"
-            # each value read just before it is written, as before
-            write_attrs(ds, chain(((n, src.attrs[n]) for n in names), [("comment", comment)]))
+            next_row_view(group, self.obs, key, f"/{DEMO}/obs/{key}", comment)
 
     def frame_index(self, camera: str, frames: Stream) -> None:
         values = nearest_index(frames.timestamp_ns, self.ns)

@@ -15,6 +15,7 @@ Imported only when writing (it loads h5py).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -204,15 +205,42 @@ def shifted_view(group: h5py.Group, name: str, source: str, shape: tuple, dtype:
     return Written(dsid, shape)
 
 
-def attach_scales_of(ds: h5py.Dataset, src: h5py.Dataset) -> None:
-    """Attach to each axis of ``ds`` the first scale of the same axis of ``src``, each
-    looked up as ``src.dims[axis][0]`` does (`h5ds.iterate` over ``src``'s
-    ``DIMENSION_LIST``) just before it is attached: the same reads of HDF5's global
-    heap, in the same order, so the same placement of what is written next."""
-    for axis in range(src.ndim):
+def read_attr(oid: Any, name: str) -> Any:
+    """``obj.attrs[name]`` of an object's low-level id, read as h5py reads it (one
+    ``H5Aread``; variable-length strings decoded)."""
+    attr = h5a.open(oid, name.encode("utf-8"))
+    dtype = attr.dtype
+    data = np.zeros(attr.shape, dtype=dtype)
+    attr.read(data, mtype=h5t.py_create(dtype))
+    info = h5t.check_string_dtype(dtype)
+    if info is not None and info.length is None:
+        text = [b.decode("utf-8", "surrogateescape") for b in data.flat]
+        data = np.array(text, dtype=dtype).reshape(data.shape)
+    return data[()] if data.ndim == 0 else data
+
+
+def next_row_view(
+    group: h5py.Group, source: h5py.Group, name: str, path: str, comment: str
+) -> None:
+    """``group/name``: a `shifted_view` of ``source/name`` (at ``path`` in the file) with
+    its scales and its ``units``, ``long_name``, ``_FillValue`` and ``frame`` attributes,
+    then ``comment``.
+
+    The scales and attributes are read from the source just before each is attached or
+    written, as ``src.dims[axis][0]`` and ``src.attrs[key]`` read them: reading
+    variable-length values reorders HDF5's global heaps, so the same reads, in the same
+    order, keep the same placement of what is written next (the same bytes).
+    """
+    src = h5d.open(source.id, name.encode("utf-8"))
+    ds = shifted_view(group, name, path, src.shape, src.dtype)
+    for axis in range(src.rank):
         scales: list[h5d.DatasetID] = []
-        h5ds.iterate(src.id, axis, scales.append, 0)
+        h5ds.iterate(src, axis, scales.append, 0)
         h5ds.attach_scale(ds.id, scales[0], axis)
+    for key in ("units", "long_name", "_FillValue", "frame"):
+        if h5a.exists(src, key.encode()):
+            write_attrs(ds, [(key, read_attr(src, key))])
+    write_attrs(ds, [("comment", comment)])
 
 
 class H5Writer:
@@ -222,13 +250,20 @@ class H5Writer:
         self.f = f
         self.device_clock = device_clock
         self._groups: dict[str, h5py.Group] = {}
+        self._made: set[str] = set()  # groups made, with their parents
 
     def group(self, path: str) -> h5py.Group:
-        """The group at ``path``, created (with its parents) when missing."""
+        """The group at ``path`` (relative to the root), created with its parents when
+        missing. Every group of the file is made here, so one this writer has not made
+        is missing: no lookup in the file (HDF5 would refuse to make it twice)."""
         group = self._groups.get(path)
         if group is None:
-            exists = path in self.f
-            group = self.f[path] if exists else self.f.create_group(path, track_order=False)
+            if path in self._made:
+                group = self.f[path]
+            else:
+                group = self.f.create_group(path, track_order=False)
+                parts = path.split("/")
+                self._made.update("/".join(parts[:end]) for end in range(1, len(parts) + 1))
             self._groups[path] = group
         return group
 
@@ -282,7 +317,7 @@ class H5Writer:
         if not isinstance(data, Rows):
             data = np.ascontiguousarray(data)
         shape, dtype = data.shape, np.dtype(data.dtype)
-        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        row_bytes = math.prod(shape[1:]) * dtype.itemsize
         rows = shape[0] if shape else 0
         chunks = None
         if row_bytes * rows >= TINY_BYTES and rows > 0:
