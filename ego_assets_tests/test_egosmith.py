@@ -12,6 +12,7 @@ import io
 import json
 import shutil
 import tarfile
+import threading
 from pathlib import Path
 
 import av
@@ -46,6 +47,7 @@ from ego_assets.formats.egosmith_webdataset import (
     encode_jpeg,
     full_range,
     npy_bytes,
+    ordered_map,
     parse_key,
     ustar_header,
 )
@@ -478,6 +480,17 @@ def test_the_stretch_is_its_fixed_point_formula_at_every_level(stretch):
     out, work = np.full((16, 16), 7, np.uint8), np.full((16, 16), 7, np.uint16)
     assert full_range(levels, stretch, out, work) is out
     assert out.tolist() == formula.tolist() == full_range(levels, stretch).tolist()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ordered_map_keeps_the_order_and_runs_inline_on_one_worker(workers):
+    def work(i):
+        return i * i, threading.get_ident()
+
+    out = list(ordered_map(work, ((i,) for i in range(50)), workers=workers))
+    assert [v for v, _ in out] == [i * i for i in range(50)]
+    inline = {t for _, t in out} == {threading.get_ident()}
+    assert inline == (workers == 1)
 
 
 def _tarfile_header(name, size):

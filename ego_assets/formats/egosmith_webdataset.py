@@ -16,16 +16,16 @@ Two layers of output:
 
 Video is decoded with PyAV (FFmpeg's threads) and re-encoded with libjpeg-turbo
 (simplejpeg) frame by frame: the decoder's 4:2:0 YUV planes go straight into the JPEG
-encoder (no RGB round trip). Two worker threads turn decoded frames into finished tar
-bytes (JPEG, ``.npy`` rows behind a header made once, meta, tar headers) while the next
-frames decode; the calling thread only appends those bytes in order and hashes them, so
-memory stays at a few frames whatever the episode length. For a video of up to 300
-frames the workers also count the sample of frames behind CERES's camera statistics and
-leave it for a CERES export of the same video in this process (`camera_sample`), which
-then decodes nothing. Folders are
-written to a temporary sibling and renamed into place, and each one's index file is
-written last, so a killed export never leaves a folder that a reader would take as
-finished.
+encoder (no RGB round trip). Two worker threads (on two or more cores; on one, the
+calling thread itself) turn decoded frames into finished tar bytes (JPEG, ``.npy`` rows
+behind a header made once, meta, tar headers) while the next frames decode; the calling
+thread only appends those bytes in order and hashes them, so memory stays at a few
+frames whatever the episode length. For a video of up to 300 frames the workers also
+count the sample of frames behind CERES's camera statistics and leave it for a CERES
+export of the same video in this process (`camera_sample`), which then decodes nothing.
+Folders are written to a temporary sibling and renamed into place, and each one's index
+file is written last, so a killed export never leaves a folder that a reader would take
+as finished.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ import numpy as np
 
 from ego_assets.formats import camera_sample, egosmith_constants
 from ego_assets.formats.egosmith_lowdim import EpisodeArrays, HeadCamera, episode_arrays
+from ego_assets.formats.lerobot_video import available_cores
 from ego_assets.progress import WRITE_TASK, report
 from ego_assets.trajectory.model import MediaRef, Trajectory
 
@@ -243,13 +244,19 @@ def encode_jpeg(frame: av.VideoFrame, quality: int) -> bytes:
 
 
 def ordered_map(
-    fn: Callable[..., T], items: Iterable[tuple[Any, ...]], workers: int = ENCODE_WORKERS
+    fn: Callable[..., T], items: Iterable[tuple[Any, ...]], workers: int | None = None
 ) -> Iterator[T]:
     """``fn(*item)`` for every item, run on ``workers`` threads, yielded in input order.
 
     At most ``4 * workers`` items are in flight, so memory stays bounded while the
-    producer (e.g. the video decoder) runs ahead of the slowest worker.
+    producer (e.g. the video decoder) runs ahead of the slowest worker. ``workers``
+    defaults to `ENCODE_WORKERS`, at most one per core this process may run on; with
+    one, ``fn`` runs in this thread (threads sharing one core only add hand-offs).
     """
+    workers = min(ENCODE_WORKERS, available_cores()) if workers is None else workers
+    if workers <= 1:
+        yield from (fn(*item) for item in items)
+        return
     with ThreadPoolExecutor(workers) as pool:
         pending: deque[Future[T]] = deque()
         for item in items:
