@@ -46,6 +46,7 @@ from ego_assets.formats.egosmith_webdataset import (
     ShardWriter,
     encode_jpeg,
     full_range,
+    meta_json,
     npy_bytes,
     ordered_map,
     parse_key,
@@ -491,6 +492,24 @@ def test_ordered_map_keeps_the_order_and_runs_inline_on_one_worker(workers):
     assert [v for v, _ in out] == [i * i for i in range(50)]
     inline = {t for _, t in out} == {threading.get_ident()}
     assert inline == (workers == 1)
+
+
+def test_meta_text_is_json_dumps_of_the_frame_meta():
+    base = {
+        "instruction": ["Pick up the brück€t.", 'say "hi"\n'],
+        "wrist_rotation_source": {"right": "skeleton", "left": None},
+        "presence": "overridden by the frame's",
+        "ratio": 0.1,
+        "zz_last": [],
+        "aa_first": {},
+    }
+    frames = [
+        {"presence": 3, "frame_index": 0, "last_frame": False, "extrinsic_valid": True},
+        {"presence": 0, "frame_index": 2**62, "last_frame": True, "extrinsic_valid": False},
+    ]
+    text = meta_json(base, dict.fromkeys(frames[0], 0))
+    for frame in frames:
+        assert text(**frame) == json.dumps({**base, **frame}, sort_keys=True)
 
 
 def _tarfile_header(name, size):

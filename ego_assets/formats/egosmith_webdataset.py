@@ -79,6 +79,15 @@ _PLANAR_FORMATS = {"yuv420p": False, "yuvj420p": True}  # name -> already full r
 _BT601 = {2, 5, 6}  # AVColorSpace: unspecified, BT470BG, SMPTE170M
 _RANGE_JPEG = 2  # AVColorRange: full
 _TAR_BLOCK = tarfile.BLOCKSIZE
+# meta.json fields of one frame (`_EpisodeSamples.tar_bytes`); the others are the episode's
+_FRAME_META = (
+    "presence",
+    "frame_index",
+    "sample_index",
+    "timestamp_ns",
+    "extrinsic_valid",
+    "last_frame",
+)
 ENCODE_WORKERS = min(2, os.cpu_count() or 1)
 T = TypeVar("T")
 
@@ -177,7 +186,8 @@ def full_range(
     the whole plane (they release the GIL).
     """
     lo, hi, mul, add = stretch
-    out = np.clip(plane, lo, hi, out=out)
+    # numpy scalars throughout: Python ints make numpy check their range on every call
+    out = np.clip(plane, np.uint8(lo), np.uint8(hi), out=out)
     if work is None:
         work = np.empty(out.shape, dtype=np.uint16)
     np.copyto(work, out)  # a plain cast: numpy's mixed-type multiply is 4x slower
@@ -185,7 +195,7 @@ def full_range(
     # + add - lo * mul, modulo 2**16: the true value fits in 16 bits, so the wrapped
     # products and sums land on it exactly (one pass fewer than subtracting lo first)
     work += np.uint16((add - lo * mul) % 2**16)
-    work >>= 8
+    work >>= np.uint16(8)
     np.copyto(out, work, casting="unsafe")
     return out
 
@@ -207,9 +217,10 @@ def _scratch(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _plane(plane: av.video.plane.VideoPlane) -> np.ndarray:
-    """A decoded frame's plane as a (height, width) uint8 view (no copy)."""
-    rows = np.frombuffer(memoryview(plane), np.uint8, count=plane.height * plane.line_size)
-    return rows.reshape(plane.height, plane.line_size)[:, : plane.width]
+    """A decoded frame's plane as a (height, width) uint8 view (no copy): rows
+    ``line_size`` bytes apart in the decoder's buffer."""
+    buffer = memoryview(plane)
+    return np.ndarray((plane.height, plane.width), np.uint8, buffer, 0, (plane.line_size, 1))
 
 
 def encode_jpeg(frame: av.VideoFrame, quality: int) -> bytes:
@@ -516,6 +527,33 @@ def episode_meta(
     }
 
 
+def meta_json(base: dict[str, Any], frame: dict[str, int | bool]) -> Callable[..., str]:
+    """``json.dumps({**base, **frame}, sort_keys=True)`` as a function of the per-frame
+    values (integers and booleans, passed by the names of ``frame``'s keys): the text
+    around them is made once, from ``base`` and the keys alone."""
+    slots = sorted(frame)
+    items = sorted({**base, **frame}.items())
+    texts, part = [], "{"
+    for n, (key, value) in enumerate(items):
+        part += ", " * (n > 0) + json.dumps(key) + ": "
+        if key in frame:
+            texts.append(part)
+            part = ""
+        else:
+            part += json.dumps(value, sort_keys=True)
+    texts.append(part + "}")
+
+    def text(**values: int | bool) -> str:
+        out = texts[0]
+        for key, after in zip(slots, texts[1:], strict=True):
+            value = values[key]
+            out += ("true" if value else "false") if isinstance(value, bool) else str(value)
+            out += after
+        return out
+
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class _EpisodeSamples:
     """Makes the tar bytes of an episode's samples, one decoded frame at a time.
@@ -529,7 +567,7 @@ class _EpisodeSamples:
     lowdim: np.ndarray
     mano: np.ndarray
     npy_headers: tuple[bytes, bytes]
-    base: dict[str, Any]
+    meta: Callable[..., str]  # meta.json text from the per-frame values (`meta_json`)
     per_frame: list[tuple[int, int, int, bool]]
     quality: int
 
@@ -546,7 +584,7 @@ class _EpisodeSamples:
             lowdim,
             mano,
             (npy_header(lowdim[0]), npy_header(mano[0])),
-            base,
+            meta_json(base, dict.fromkeys(_FRAME_META, 0)),
             per_frame,
             quality,
         )
@@ -554,20 +592,19 @@ class _EpisodeSamples:
     def tar_bytes(self, i: int, frame: av.VideoFrame, depth: np.ndarray | None) -> bytes:
         """`tar_sample` bytes of sample ``i`` (video frame ``frame``, optional depth map)."""
         presence, frame_index, timestamp_ns, extrinsic_valid = self.per_frame[i]
-        meta = {
-            **self.base,
-            "presence": int(presence),
-            "frame_index": int(frame_index),
-            "sample_index": i,
-            "timestamp_ns": int(timestamp_ns),
-            "extrinsic_valid": bool(extrinsic_valid),
-            "last_frame": i == len(self.keys) - 1,
-        }
+        meta = self.meta(
+            presence=int(presence),
+            frame_index=int(frame_index),
+            sample_index=i,
+            timestamp_ns=int(timestamp_ns),
+            extrinsic_valid=bool(extrinsic_valid),
+            last_frame=i == len(self.keys) - 1,
+        )
         members = [
             ("image.jpg", encode_jpeg(frame, self.quality)),
             ("lowdim.npy", self.npy_headers[0] + self.lowdim[i].tobytes()),
             ("mano.npy", self.npy_headers[1] + self.mano[i].tobytes()),
-            ("meta.json", json.dumps(meta, sort_keys=True).encode()),
+            ("meta.json", meta.encode()),
         ]
         if depth is not None:
             members.append(("depth.npy", npy_bytes(depth)))
