@@ -39,18 +39,17 @@ from ego_assets.exports.run import export_capture
 from ego_assets.formats import egosmith_constants
 from ego_assets.formats.egosmith_loader import split_shards, window_dataset
 from ego_assets.formats.egosmith_reader import is_egosmith_path, iter_shard, validate_path
+from ego_assets.formats.egosmith_tar import ShardWriter, ustar_header
 from ego_assets.formats.egosmith_webdataset import (
     CHROMA_STRETCH,
     LUMA_STRETCH,
     EgoSmithOptions,
-    ShardWriter,
     encode_jpeg,
     full_range,
     meta_json,
     npy_bytes,
     ordered_map,
     parse_key,
-    ustar_header,
 )
 from ego_assets.storage import Storage, raw_capture_dir
 from ego_assets.synth import synthesize

@@ -360,7 +360,7 @@ def test_changing_the_space_makes_a_new_version_and_diff_says_so(built_root, tmp
 def test_state_members_at_once_are_the_bytes_tar_sample_writes():
     from types import SimpleNamespace
 
-    from ego_assets.formats.egosmith_webdataset import tar_sample
+    from ego_assets.formats.egosmith_tar import tar_sample
     from ego_assets.releases.webdataset import _state_members
 
     rng = np.random.default_rng(0)

@@ -15,7 +15,7 @@ from ego_assets.formats.ceres_lerobot import (
     stack_stats,
 )
 from ego_assets.formats.ceres_merge import aggregate_stats, run_stats
-from ego_assets.formats.egosmith_webdataset import ShardWriter, tar_sample
+from ego_assets.formats.egosmith_tar import ShardWriter, tar_sample
 from ego_assets.releases.webdataset import (
     PackError,
     _checked_header,

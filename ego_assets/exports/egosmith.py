@@ -26,6 +26,7 @@ from ego_assets.exports.registry import EGOSMITH, ExportFormat, ExportOption
 from ego_assets.exports.run import WHOLE_FOLDER, Written
 from ego_assets.formats import egosmith_constants
 from ego_assets.formats.egosmith_lowdim import NoHeadCameraError, head_camera
+from ego_assets.formats.egosmith_tar import ShardWriter
 from ego_assets.formats.egosmith_webdataset import (
     EPISODE_FILE,
     FORMAT,
@@ -33,7 +34,6 @@ from ego_assets.formats.egosmith_webdataset import (
     WRITER_VERSION,
     EgoSmithOptions,
     EpisodeSummary,
-    ShardWriter,
     skipped_episode,
     write_episode,
 )

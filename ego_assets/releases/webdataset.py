@@ -34,13 +34,12 @@ import numpy as np
 from ego_assets.actions import ActionSpace
 from ego_assets.fileio import json_bytes, json_loads, link_or_copy
 from ego_assets.formats import egosmith_constants as C
+from ego_assets.formats.egosmith_tar import ShardWriter, tar_sample
 from ego_assets.formats.egosmith_webdataset import (
     DEFAULT_SHARD_BYTES,
     EPISODE_FILE,
     EpisodeSummary,
-    ShardWriter,
     npy_header,
-    tar_sample,
 )
 from ego_assets.releases.derived import DERIVE_CHUNK, SourceNotes, derive_many, describe_json
 from ego_assets.releases.layout import PartPlan
