@@ -185,7 +185,7 @@ def shifted_view(group: h5py.Group, name: str, source: str, shape: tuple, dtype:
     if n:
         src = source.encode("utf-8")
         rest = (0,) * (len(shape) - 1)
-        for dst_start, src_start, rows in (((0, 1, n - 1)), (n - 1, n - 1, 1)):
+        for dst_start, src_start, rows in ((0, 1, n - 1), (n - 1, n - 1, 1)):
             dst, src_space = h5s.create_simple(shape), h5s.create_simple(shape)
             if rows:
                 dst.select_hyperslab((dst_start, *rest), (rows, *shape[1:]))
