@@ -10,7 +10,8 @@ captures of ``--seconds`` s are synthesized (``ego_assets.synth``, not timed) an
 in this process pinned to one core, through the library functions the Dagster steps
 call (no Dagster): ``land`` (EgoDex only: `land_episode`, the import), ``raw``
 (`pipeline.ingest_raw`), ``trajectory`` (`pipeline.normalize`), ``quality``
-(`pipeline.assess_quality`: report, timeline PNG, GX checks, Rerun recording, gate) and
+(`pipeline.assess_quality`: report, timeline PNG, GX checks, gate; the Rerun recording is
+built on demand by ``ego-assets view``, not by the step) and
 the three exports (`run_export`: ``holos``, ``egosmith``, ``ceres``). One short capture
 of every kind goes through first, untimed (lazy imports, the GX context), after the GX
 context is built and what is loaded frozen, as a warm run parent does before it forks a
