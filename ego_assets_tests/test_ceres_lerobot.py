@@ -577,3 +577,46 @@ def test_remux_statistics_skip_only_frames_nothing_refers_to(tmp_path: Path) -> 
     assert result.remuxed and result.frames == 90
     assert result.pixels.images == len(sampled) == 50
     np.testing.assert_array_equal(result.pixels.histogram, expected)
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("kind, faults", [("webxr", []), ("webxr", ["retried_segment"])])
+def test_a_shard_written_on_one_core_is_the_threaded_ones_bytes(
+    tmp_path, monkeypatch, kind, faults
+):
+    """On one core the shard's tasks run in the calling thread (`task_pool`): the same
+    files, byte for byte, for a remuxed and a re-encoded video."""
+    trajectory, raw = synth_capture(tmp_path, kind, "one-core", seed=6, faults=faults)
+    shards = {}
+    for cores in (2, 1):
+        monkeypatch.setattr(lerobot_video, "available_cores", lambda cores=cores: cores)
+        shard = tmp_path / f"cores-{cores}" / shard_name(3)
+        shard.mkdir(parents=True)
+        summary = write_shard(trajectory, raw, 3, shard)
+        shards[cores] = (_tree(shard), summary.video)
+    assert shards[1][1] == shards[2][1] == ("re-encode" if faults else "remux")
+    assert shards[1][0].keys() == shards[2][0].keys()
+    assert shards[1][0] == shards[2][0]
+
+
+def test_task_pool_runs_tasks_in_the_calling_thread_on_one_core(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(lerobot_video, "available_cores", lambda: 1)
+    ran: list[str] = []
+    with lerobot_video.task_pool(3, "test") as pool:
+        ok = pool.submit(lambda: ran.append(threading.current_thread().name) or 7)
+        bad = pool.submit(lambda: 1 / 0)
+        assert ran == [threading.current_thread().name]  # run at submit, in this thread
+    assert ok.result() == 7
+    with pytest.raises(ZeroDivisionError):
+        bad.result()
+    monkeypatch.setattr(lerobot_video, "available_cores", lambda: 2)
+    with lerobot_video.task_pool(2, "test-pool") as pool:
+        name = pool.submit(lambda: threading.current_thread().name).result()
+    assert name.startswith("test-pool")

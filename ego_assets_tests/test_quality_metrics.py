@@ -399,6 +399,9 @@ def test_write_report_writes_json_and_one_parquet_row_with_the_schema(tmp_path: 
         "quality.json",
         "quality.parquet",
     ]
+    # the standard library's text, byte for byte (orjson writes it: `fileio.json_bytes`)
+    expected = json.dumps(report.to_dict(), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    assert json_path.read_text() == expected
 
 
 def test_every_thresholded_metric_has_a_row_in_docs_quality() -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -452,8 +452,8 @@ def write_shard(
     # Three threads (numpy, Arrow and FFmpeg release the GIL): the camera video is probed
     # while the rows are built, then copied or decoded + encoded while the rows' parquet
     # is written and their statistics computed. Leaving the block waits for every task,
-    # also when one of them raises.
-    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="ceres-shard") as pool:
+    # also when one of them raises. On one core, the tasks run in this thread in turn.
+    with lerobot_video.task_pool(3, "ceres-shard") as pool:
         camera = rows.camera if rows is not None else select_camera(trajectory)
         probe = None
         if camera is not None:

@@ -37,7 +37,7 @@ import os
 import queue
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -482,6 +482,28 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+class InlineExecutor(Executor):
+    """Runs each task in the calling thread as it is submitted; its futures are done (a
+    task's exception is kept in its future, as a pool's)."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+
+def task_pool(workers: int, prefix: str) -> Executor:
+    """``workers`` threads named ``prefix``, or an `InlineExecutor` when this process may
+    run on one core: there threads only add hand-offs (starting one and waking it cost
+    about a millisecond of a short export)."""
+    if available_cores() > 1:
+        return ThreadPoolExecutor(max_workers=workers, thread_name_prefix=prefix)
+    return InlineExecutor()
 
 
 def part_starts(rows: np.ndarray, source: SourceVideo | None, parts: int) -> list[int]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ego_assets.fileio import write_file_atomic
+from ego_assets.fileio import json_bytes, write_file_atomic
 from ego_assets.quality.hands import HANDS, HandQuality, hand_quality
 from ego_assets.quality.streams import StreamQuality, nominal_rate, stream_quality
 from ego_assets.quality.thresholds import Thresholds, default_thresholds
@@ -211,7 +210,8 @@ class QualityReport:
 
     def to_json(self) -> str:
         """The report as JSON text (sorted keys, 2-space indent, no NaN)."""
-        return json.dumps(self.to_dict(), sort_keys=True, indent=2, allow_nan=False) + "\n"
+        doc = self.to_dict()  # no NaN or inf left (json.dumps's allow_nan=False holds)
+        return json_bytes(doc, indent=2, sort_keys=True).decode() + "\n"
 
     def to_row(self) -> dict[str, Any]:
         """The one-row summary, keys and order of `ROW_SCHEMA`."""
