@@ -161,17 +161,8 @@ def json_bytes(doc: Any, *, indent: int = 2, sort_keys: bool = False) -> bytes:
     the standard library's pure-Python indenting encoder when orjson would differ)."""
     if indent < 1:
         raise ValueError(f"indent {indent}: json_bytes writes indented JSON (1 or more)")
-    try:
-        out = orjson.dumps(doc, option=_ORJSON_OPTIONS | (orjson.OPT_SORT_KEYS * sort_keys))
-    except TypeError:  # a type orjson passes through, a key not a str, an int past 64 bits
-        out = None
-    if (
-        out is None
-        or not out.isascii()
-        or b"\x7f" in out
-        or _ORJSON_DIFFERS.search(out) is not None
-        or (b"null" in out and orjson.loads(out) != doc)  # NaN, inf: null; json: NaN
-    ):
+    out = _orjson_ascii(doc, _ORJSON_OPTIONS | (orjson.OPT_SORT_KEYS * sort_keys))
+    if out is None or _ORJSON_DIFFERS.search(out) is not None:
         return json.dumps(doc, indent=indent, sort_keys=sort_keys).encode()
     if indent == 2:
         return out
@@ -219,19 +210,23 @@ def compact_json_bytes(doc: Any, *, sort_keys: bool = False) -> bytes:
     differ otherwise or a string holds a backslash (a quote may be escaped)."""
     options = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
     options |= orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_SORT_KEYS * sort_keys
-    try:
-        out = orjson.dumps(doc, option=options)
-    except TypeError:  # a type orjson passes through, a key not a str, an int past 64 bits
-        out = None
-    if (
-        out is None
-        or not out.isascii()
-        or b"\x7f" in out
-        or b"\\" in out
-        or (b"null" in out and orjson.loads(out) != doc)  # NaN, inf: null; json: NaN
-    ):
+    out = _orjson_ascii(doc, options)
+    if out is None or b"\\" in out:
         return json.dumps(doc, separators=(",", ":"), sort_keys=sort_keys).encode()
     return _repr_floats(out)
+
+
+def _orjson_ascii(doc: Any, options: int) -> bytes | None:
+    """orjson's text of ``doc`` when it is ASCII without DEL and holds every value as
+    ``doc`` does; None when orjson refuses ``doc`` (a type it passes through, a key not a
+    str, an int past 64 bits) or wrote ``null`` for a NaN or an infinity (json: NaN)."""
+    try:
+        out = orjson.dumps(doc, option=options)
+    except TypeError:
+        return None
+    if not out.isascii() or b"\x7f" in out or (b"null" in out and orjson.loads(out) != doc):
+        return None
+    return out
 
 
 def _reindent(out: bytes, indent: int) -> bytes | None:
