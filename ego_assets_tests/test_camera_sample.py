@@ -224,3 +224,30 @@ def test_a_decode_outside_sharing_counts_nothing_and_the_remux_decodes_itself(
     decodes = _counting_decodes(monkeypatch)
     lerobot_video.remux(video, tmp_path / "out.mp4", 30)
     assert len(decodes) == camera_sample.STATS_SAMPLES
+
+
+def test_a_frame_s_histogram_counts_each_channel_s_values_of_the_scaled_picture(tmp_path):
+    """`frame_histogram` (Pillow's one-pass band histogram) against numpy's count of each
+    channel of the same scaled RGB picture, over every frame of a synthetic video."""
+    import av
+    import av.video.reformatter
+
+    folder, trajectory = _capture(tmp_path, "webxr")
+    video = folder / head_camera(trajectory).media.path
+    reformatter = av.video.reformatter.VideoReformatter()
+    checked = 0
+    with av.open(str(video)) as container:
+        for frame in container.decode(video=0):
+            counts = camera_sample.frame_histogram(frame, reformatter)
+            scale = camera_sample.STATS_LONG_SIDE / max(frame.width, frame.height)
+            size = (
+                max(2, round(frame.width * min(scale, 1.0))),
+                max(2, round(frame.height * min(scale, 1.0))),
+            )
+            rgb = frame.reformat(width=size[0], height=size[1], format="rgb24").to_ndarray()
+            expected = np.stack([np.bincount(rgb[..., c].ravel(), minlength=256) for c in range(3)])
+            assert counts.dtype == np.int64 and counts.shape == (3, 256)
+            np.testing.assert_array_equal(counts, expected)
+            assert counts.sum() == 3 * size[0] * size[1]
+            checked += 1
+    assert checked == round(SECONDS * 30)
