@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-from PIL import Image
 
 if TYPE_CHECKING:
     import av  # imported where used: a code location defining assets loads no PyAV
@@ -87,7 +86,10 @@ def frame_histogram(frame: av.VideoFrame, reformatter: VideoReformatter) -> np.n
     height = max(2, round(frame.height * min(scale, 1.0)))
     rgb = reformatter.reformat(frame, width=width, height=height, format="rgb24").to_ndarray()
     # Pillow counts the three bands in one pass in C: the counts of np.bincount per channel
-    # at less than half its cost (36 against 83 us at 160x120)
+    # at less than half its cost (36 against 83 us at 160x120); imported here, by the
+    # steps that decode (a capture run's definitions load no Pillow)
+    from PIL import Image
+
     return np.asarray(Image.fromarray(rgb).histogram(), dtype=np.int64).reshape(3, 256)
 
 
