@@ -47,7 +47,8 @@ from ego_assets.defs.partitions import CaptureSet
 from ego_assets.defs.resources import StorageResource
 from ego_assets.exports import registry
 from ego_assets.exports.registry import ExportFormat
-from ego_assets.exports.run import Exporter, run_export, sharing_decodes
+from ego_assets.exports.run import Exporter, run_export
+from ego_assets.formats import camera_sample
 from ego_assets.pipeline import StepResult
 from ego_assets.storage import Storage
 
@@ -97,7 +98,8 @@ def priority_tags(priority: int) -> dict[str, str]:
 def exports_share_process(context: dg.AssetExecutionContext, cs: CaptureSet) -> bool:
     """Whether another export of set ``cs`` runs in this step's process after it: the run
     executes its steps in-process and selects another export asset (a run of the whole job
-    is taken to). Where not, an export leaves nothing for the others (`sharing_decodes`)."""
+    is taken to). Where not, an export leaves nothing for the others
+    (`camera_sample.sharing`)."""
     if context.job_def.executor_def.name != dg.in_process_executor.name:
         return False
     selected = context.run.asset_selection
@@ -134,7 +136,7 @@ def build_export_asset(cs: CaptureSet, fmt: ExportFormat) -> dg.AssetsDefinition
         options = dg.Config.model_dump(config)  # the run's option values and ``force``
         exporter = exporter_for(fmt, options)
         force = bool(options["force"])
-        with run_progress(context), sharing_decodes(exports_share_process(context, cs)):
+        with run_progress(context), camera_sample.sharing(exports_share_process(context, cs)):
             results = run_each(context, lambda key: run_export(store, key, exporter, force=force))
         yield from materialize_result(
             context, results, extra=lambda key: _details(exporter, store, key)

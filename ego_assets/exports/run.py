@@ -22,7 +22,6 @@ For one capture and one format (an `ExportFormat` of `ego_assets.exports.registr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -32,7 +31,6 @@ from upath import UPath
 from ego_assets.catalog.receipts import ExportReceipt, make_receipt, read_receipt, write_receipt
 from ego_assets.exports.episode_index import EpisodeIndexRegistry
 from ego_assets.exports.registry import ExportFormat, ExportOption
-from ego_assets.formats import camera_sample
 from ego_assets.pipeline import StepResult, stored_gate
 from ego_assets.quality.gate import Gate, require_gate
 from ego_assets.storage import Storage
@@ -137,13 +135,6 @@ def require_export_gate(storage: Storage, key: str, export: str | None = None) -
     """The gate of ``key``; raises `ExportBlockedError` (naming the policy's reasons) unless
     the export policy, after waivers, allows ``export`` (a policy key; None: every export)."""
     return require_gate(stored_gate(storage, key), key, export)
-
-
-def sharing_decodes(enabled: bool) -> AbstractContextManager[None]:
-    """Whether the exports run in this block leave what their video decodes counted for a
-    later export of the same file in this process (`formats.camera_sample`: EgoSmith's
-    decode for CERES's camera statistics). Off where the other exports run elsewhere."""
-    return camera_sample.sharing(enabled)
 
 
 def run_export(
