@@ -16,7 +16,9 @@
    samples are the base's bytes.
 2. **Selection.** The catalog is not built for 10,000 captures: the bench makes the
    selection itself (`SelectionResult`, each episode's split from the spec's seeded rule,
-   its exports with path, bytes and a per-replica SHA-256 stand-in) and calls
+   its exports with path, bytes and SHA-256: the real one of the Holos file, the base's,
+   as the robomimic packing takes a linked episode file's digest from it; a per-replica
+   stand-in for the folder exports, whose digests nothing packs) and calls
    `build_version`, the build after the catalog query (which is one DuckDB query).
 3. **v1**: a release of ``--episodes`` in all three formats (train 0.9 / valid 0.1),
    timed (wall, and CPU of the process and its children); then ``cp -r`` of that version
@@ -50,6 +52,7 @@ Figures depend on the machine's load: say ``uptime`` beside them.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import logging
@@ -138,7 +141,11 @@ def _replicate(root: Path, base: dict[str, Path], key: str, index: int) -> dict[
     return {
         fmt: {
             "path": target.relative_to(root).as_posix(),
-            "sha256": hashlib.sha256(f"{key}:{fmt}".encode()).hexdigest(),
+            "sha256": (
+                _file_digest(base[fmt])
+                if fmt == "holos_hdf5"
+                else hashlib.sha256(f"{key}:{fmt}".encode()).hexdigest()
+            ),
             "bytes": sum(
                 p.stat().st_size
                 for p in ([target] if target.is_file() else target.rglob("*"))
@@ -148,6 +155,14 @@ def _replicate(root: Path, base: dict[str, Path], key: str, index: int) -> dict[
         }
         for fmt, target in targets.items()
     }
+
+
+@functools.cache
+def _file_digest(path: Path) -> str:
+    """SHA-256 of a base's file (read once: every replica is a link to it)."""
+    from ego_assets.fileio import file_sha256
+
+    return file_sha256(path)
 
 
 def _episode(key: str, exports: dict[str, Any], rule: Any) -> Any:
@@ -338,6 +353,8 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-release-", dir=args.work) as tmp:
         result = run(
             args.episodes, args.added, args.seconds, args.bases, Path(tmp), args.keep_caches

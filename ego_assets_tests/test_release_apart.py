@@ -1,5 +1,6 @@
 """`ego_assets.releases.apart`: a function run in an interpreter of its own, and a release
-whose WebDataset copy ran there holding the same bytes as one packed in a thread."""
+whose WebDataset copy and LeRobot video merge ran there holding the same bytes as one
+packed in threads."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ego_assets.releases import build
+from ego_assets.releases import lerobot as lerobot_packing
 from ego_assets.releases.apart import ApartError, run_apart
 from ego_assets_tests.test_releases import WEBXR_ONLY, _tree, _write_spec, make_release_root
 
@@ -39,11 +41,12 @@ def _threaded_then_apart(
     folder = root / "releases" / name / "v1"
     threaded = _tree(folder)
     shutil.move(folder, tmp_path / "threaded")
-    monkeypatch.setattr(build, "PROCESS_MIN_EPISODES", 0)
     calls: list[str] = []
-    monkeypatch.setattr(
-        build, "run_apart", lambda fn, *args: calls.append(fn.__name__) or run_apart(fn, *args)
-    )
+    for module in (build, lerobot_packing):
+        monkeypatch.setattr(module, "PROCESS_MIN_EPISODES", 0)
+        monkeypatch.setattr(
+            module, "run_apart", lambda fn, *args: calls.append(fn.__name__) or run_apart(fn, *args)
+        )
     assert build.build_release(root, name, shard_bytes=250_000).written
     return threaded, _tree(folder), calls
 
@@ -55,7 +58,10 @@ def test_a_release_packed_apart_has_the_bytes_of_one_packed_in_a_thread(
     _write_spec(root, "all", WEBXR_ONLY)  # all three formats
     threaded, apart, calls = _threaded_then_apart(root, "all", tmp_path, monkeypatch)
     assert any(name.startswith("webdataset/") and name.endswith(".tar") for name in threaded)
-    assert calls == ["pack_webdataset"]
+    # the LeRobot video merge: once a split dataset
+    splits = {name.split("/")[1] for name in threaded if name.startswith("lerobot/")}
+    assert sorted(calls) == sorted(["pack_webdataset", *["merge_videos"] * len(splits)])
+    assert any(name.startswith("lerobot/") and name.endswith(".mp4") for name in apart)
     assert apart == threaded
 
 
@@ -67,5 +73,7 @@ def test_a_derived_release_packed_apart_has_the_bytes_of_one_packed_in_threads(
     root = make_release_root(tmp_path / "data")
     _write_spec(root, "eef", WEBXR_ONLY + '\n[actions]\nspace = "eef_pose_gripper"\n')
     threaded, apart, calls = _threaded_then_apart(root, "eef", tmp_path, monkeypatch)
-    assert sorted(calls) == ["_pack_robomimic_hashed", "pack_webdataset"]
+    splits = {name.split("/")[1] for name in threaded if name.startswith("lerobot/")}
+    want = ["_pack_robomimic_hashed", "pack_webdataset", *["merge_videos"] * len(splits)]
+    assert sorted(calls) == sorted(want)
     assert apart == threaded

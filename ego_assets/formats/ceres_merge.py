@@ -37,13 +37,11 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Generator, Iterable, Mapping
+from collections.abc import Callable, Collection, Generator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from fractions import Fraction
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +49,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ego_assets.fileio import file_sha256, json_bytes, json_loads, link_or_copy
+from ego_assets.fileio import json_bytes, json_loads, link_or_copy
 from ego_assets.formats.ceres_lerobot import (
     CAMERA_KEY,
-    CHUNKS_SIZE,
     DATA_FILES_SIZE_IN_MB,
     DATA_PATH,
     EPISODES_PATH,
@@ -63,7 +60,6 @@ from ego_assets.formats.ceres_lerobot import (
     STAT_NAMES,
     STATS_FILE,
     TASKS_FILE,
-    VIDEO_FILES_SIZE_IN_MB,
     VIDEO_PATH,
     column_stats,
     episodes_table_stacked,
@@ -74,10 +70,19 @@ from ego_assets.formats.ceres_lerobot import (
     write_receipt,
     write_tasks,
 )
+from ego_assets.formats.ceres_merge_video import (
+    FileHashes,
+    VideoPlace,
+    VideoStep,
+    advance,
+    merge_videos,
+    shard_file,
+    visible_names,
+)
 from ego_assets.formats.ceres_metadata import TASK_SPEC_DIR
 from ego_assets.formats.lerobot_language import FEATURES as LANGUAGE_FEATURES
 from ego_assets.formats.lerobot_language import language_columns
-from ego_assets.formats.lerobot_video import MUX_OPTIONS, QUANTILES, quantile_name, video_info
+from ego_assets.formats.lerobot_video import QUANTILES, quantile_name, video_info
 
 MERGE_FILE = "ceres/merge.json"
 MERGE_VERSION = "ceres-lerobot-v3-merge-1"  # bump when the merged output changes
@@ -86,6 +91,13 @@ MB = 1024 * 1024
 RENUMBERED = ("episode_index", "index", "task_index")
 # shards read ahead together (`_chunks`): at most this many, and this many frames
 CHUNK_SHARDS, CHUNK_FRAMES = 32, 20_000
+FIRST_DATA_FILE = DATA_PATH.format(chunk_index=0, file_index=0)
+# how `merge_shards` runs `merge_videos` with its arguments, returning what it returns
+VideoRunner = Callable[..., Any]
+VIDEO_COLUMNS = tuple(
+    f"videos/{CAMERA_KEY}/{name}"
+    for name in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +136,6 @@ class MergeResult:
 def _signature(info: dict[str, Any]) -> tuple[int, tuple[int, ...] | None]:
     camera = info["features"].get(CAMERA_KEY)
     return int(info["fps"]), tuple(camera["shape"]) if camera else None
-
-
-def _advance(chunk: int, file: int) -> tuple[int, int]:
-    """LeRobot's next (chunk, file) index."""
-    return (chunk + 1, 0) if file >= CHUNKS_SIZE - 1 else (chunk, file + 1)
 
 
 def aggregate_stats(stacked: dict[str, dict[str, np.ndarray]]) -> dict:
@@ -254,194 +261,67 @@ class _StatsStack:
         }
 
 
-@dataclass
-class _VideoFile:
-    """The mp4 being appended to, with the codec parameters it was opened with."""
+class _DataFiles:
+    """The current merged data file and its (chunk, file) index; each written file is
+    hashed (for the receipt) once it is closed (`FileHashes`)."""
 
-    path: Path
-    container: Any
-    stream: Any
-    params: tuple
-    frames: int = 0
-    bytes: int = 0
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.loc = (0, 0)
+        self.writer: pq.ParquetWriter | None = None
+        self.path: Path | None = None
+        self.bytes = 0
+        self.open = False  # a data file is current (written or linked)
+        self.linked_from: Path | None = None  # set: files are hard-linked from this merge
+        self.hashes = FileHashes(out)
 
-
-@dataclass
-class _Writers:
-    """Current data and video files and their (chunk, file) indices."""
-
-    out: Path
-    fps: int
-    data_loc: tuple[int, int] = (0, 0)
-    data_writer: pq.ParquetWriter | None = None
-    data_path: Path | None = None
-    data_bytes: int = 0
-    video_loc: tuple[int, int] = (0, 0)
-    video: _VideoFile | None = None
-    opened_video: bool = False
-    opened_data: bool = False
-    schema: pa.Schema | None = None
-    linked_from: Path | None = None  # set: files are hard-linked from this merge, not written
-    data_open: bool = False  # a data file is current (written or linked)
-    # each written file hashed (for the receipt) on a thread of its own once it is closed,
-    # while the merge goes on, not read again after it: relative path -> SHA-256
-    hashing: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="merge-hash")
-    )
-    digests: dict[str, Future[str]] = field(default_factory=dict)
-
-    def _hash(self, path: Path | None) -> None:
-        assert path is not None  # a file was written
-        self.digests[path.relative_to(self.out).as_posix()] = self.hashing.submit(file_sha256, path)
-
-    def hashed(self) -> dict[str, str]:
-        """Relative path -> SHA-256 of every file written and closed (waits for them)."""
-        return {path: digest.result() for path, digest in self.digests.items()}
-
-    def new_files(self) -> None:
-        """Close the current data and video files: the next episode starts new ones."""
-        self.new_data_file()
-        self.new_video_file()
-
-    def new_data_file(self) -> None:
+    def new_file(self) -> None:
         """Close the current data file: the next episode's rows start a new one."""
-        if self.data_open:
-            if self.data_writer is not None:
-                self.data_writer.close()
-                self._hash(self.data_path)
-            self.data_writer, self.data_open = None, False
-            self.data_loc = _advance(*self.data_loc)
+        if self.open:
+            self._close_writer()
+            self.open = False
+            self.loc = advance(*self.loc)
 
-    def write_data(self, table: pa.Table, size: int) -> tuple[int, int]:
-        limit = DATA_FILES_SIZE_IN_MB * MB
-        if self.data_open and self.data_bytes + size >= limit:
-            self.new_data_file()
-        if not self.data_open:
-            chunk, file = self.data_loc
+    def _close_writer(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            assert self.path is not None  # a file was written
+            self.hashes.add(self.path)
+        self.writer = None
+
+    def write(self, table: pa.Table, size: int) -> tuple[int, int]:
+        """Append one episode's rows (one row group; ``size``: its shard file's bytes,
+        what the file size limit counts); return the file's (chunk, file)."""
+        if self.open and self.bytes + size >= DATA_FILES_SIZE_IN_MB * MB:
+            self.new_file()
+        if not self.open:
+            chunk, file = self.loc
             relative = DATA_PATH.format(chunk_index=chunk, file_index=file)
-            path = self.data_path = self.out / relative
+            path = self.path = self.out / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             if self.linked_from is not None:
                 link_or_copy(self.linked_from / relative, path)
             else:
-                self.data_writer = pq.ParquetWriter(
+                self.writer = pq.ParquetWriter(
                     path, table.schema, compression="snappy", use_dictionary=False
                 )
-            self.data_bytes, self.data_open = 0, True
-        if self.data_writer is not None:
-            self.data_writer.write_table(table, row_group_size=max(table.num_rows, 1))
-        self.data_bytes += size
-        return self.data_loc
-
-    def append_video(self, inp: Any, size: int, frames: int) -> tuple[tuple[int, int], int]:
-        """Append the open mp4 ``inp`` (``size`` bytes) by stream copy, and close it; return
-        its (chunk, file) and first frame there."""
-        import av
-
-        with inp:
-            ist = inp.streams.video[0]
-            ctx = ist.codec_context
-            pix_fmt = ctx.format.name if ctx.format is not None else None
-            params = (ctx.name, ctx.width, ctx.height, pix_fmt, bytes(ctx.extradata or b""))
-            limit = VIDEO_FILES_SIZE_IN_MB * MB
-            current = self.video
-            if current is not None and (current.params != params or current.bytes + size >= limit):
-                self.new_video_file()
-                current = None
-            if current is None:
-                chunk, file = self.video_loc
-                relative = VIDEO_PATH.format(
-                    video_key=CAMERA_KEY, chunk_index=chunk, file_index=file
-                )
-                path = self.out / relative
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if self.linked_from is not None:
-                    link_or_copy(self.linked_from / relative, path)
-                    current = self.video = _VideoFile(path, None, None, params)
-                else:
-                    container = av.open(str(path), "w", format="mp4", options=MUX_OPTIONS)
-                    stream = container.add_stream_from_template(ist)
-                    stream.time_base = Fraction(1, self.fps)
-                    current = self.video = _VideoFile(path, container, stream, params)
-            start = current.frames
-            tb = Fraction(ist.time_base or Fraction(1, self.fps))
-            scale, den = tb.numerator * self.fps, tb.denominator
-            out_tb = Fraction(1, self.fps)
-            if current.container is not None:  # a linked file is not written
-                stream, mux = current.stream, current.container.mux
-                for packet in inp.demux(ist):
-                    if not packet.size:
-                        continue
-                    packet.pts = _frames(packet.pts, scale, den) + start
-                    packet.dts = _frames(packet.dts, scale, den) + start
-                    packet.duration = 1
-                    packet.time_base = out_tb
-                    packet.stream = stream
-                    mux(packet)
-            current.frames += frames
-            current.bytes += size
-        return self.video_loc, start
-
-    def new_video_file(self) -> None:
-        """Close the current video file: the next episode's video starts a new one."""
-        if self.video is not None:
-            if self.video.container is not None:
-                self.video.container.close()
-                self._hash(self.video.path)
-            self.video = None
-            self.video_loc = _advance(*self.video_loc)
+            self.bytes, self.open = 0, True
+        if self.writer is not None:
+            self.writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        self.bytes += size
+        return self.loc
 
     def close(self) -> None:
-        """Close the current files (hashed too); the hashing thread ends once it is done."""
+        """Close the current file (hashed too); the hashing thread ends once it is done."""
         try:
-            if self.data_writer is not None:
-                self.data_writer.close()
-                self._hash(self.data_path)
-            if self.video is not None and self.video.container is not None:
-                self.video.container.close()
-                self._hash(self.video.path)
+            self._close_writer()
         finally:
-            self.data_writer, self.video = None, None
-            self.hashing.shutdown(wait=True)
-
-
-def _frames(value: int | None, scale: int, den: int) -> int:
-    """A timestamp of a shard's mp4 in frames (exact: shard frames sit at k / fps):
-    ``value * scale / den`` (``scale``: time base numerator times fps, ``den``: its
-    denominator) rounded half to even like ``round(Fraction)``, in integers."""
-    floor, remainder = divmod((value or 0) * scale, den)
-    twice = 2 * remainder
-    if twice < den or (twice == den and floor % 2 == 0):
-        return floor
-    return floor + 1
-
-
-def _one(folder: Path, middle: str, suffix: str) -> Path:
-    """The one file ``folder/<middle>/*/*<suffix>`` (what a glob of that pattern finds:
-    hidden names left out), listed with two directory reads of plain names, not a glob."""
-    top = os.path.join(folder, middle)
-    found = [
-        os.path.join(top, sub, name)
-        for sub in _names(top)
-        for name in _names(os.path.join(top, sub))
-        if name.endswith(suffix)
-    ]
-    if len(found) != 1:
-        raise ValueError(f"shard {folder}: expected one {middle}/*/*{suffix}, found {len(found)}")
-    return Path(found[0])
-
-
-def _names(folder: str | Path) -> list[str]:
-    """The names in ``folder`` but hidden ones (none when it is not a folder)."""
-    try:
-        return [name for name in os.listdir(folder) if name[0] != "."]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+            self.hashes.shutdown()
 
 
 def _json_names(folder: Path) -> list[str]:
     """Sorted ``*.json`` names in ``folder`` (none when it is missing; hidden left out)."""
-    return sorted(name for name in _names(folder) if name.endswith(".json"))
+    return sorted(name for name in visible_names(folder) if name.endswith(".json"))
 
 
 def _read_parquet(raw: bytes, columns: list[str] | None = None) -> pa.Table:
@@ -462,15 +342,13 @@ class _Episode:
     stats: dict[str, Any]
     metadata_raw: bytes
     metadata: dict[str, Any]
-    video: Any = None  # the open mp4 (PyAV input container)
-    video_bytes: int = 0
     replaced: Mapping[str, np.ndarray] | None = None  # `Replacement.columns` of the shard
 
 
 def _read_episode(shard: Path, linked: bool, reads: tuple[str, ...]) -> _Episode:
     """Read shard ``shard`` for the merge: its rows (only ``task_index`` and ``reads``
     when ``linked``), tasks file, stats and episode metadata."""
-    data_file = _one(shard, "data", ".parquet")
+    data_file = shard_file(shard, FIRST_DATA_FILE, "data", ".parquet")
     raw = data_file.read_bytes()
     metadata_raw = (shard / METADATA_FILE).read_bytes()
     return _Episode(
@@ -483,11 +361,9 @@ def _read_episode(shard: Path, linked: bool, reads: tuple[str, ...]) -> _Episode
     )
 
 
-def _read_chunk(
-    jobs: list[tuple[Path, bool]], video: bool, replace: Replacement | None
-) -> list[_Episode]:
+def _read_chunk(jobs: list[tuple[Path, bool]], replace: Replacement | None) -> list[_Episode]:
     """`_read_episode` of each (shard, linked), then the columns ``replace`` computes for
-    all of them in one call, then their mp4s opened (``video``)."""
+    all of them in one call."""
     episodes = [
         _read_episode(shard, linked, replace.reads if replace is not None else ())
         for shard, linked in jobs
@@ -496,17 +372,6 @@ def _read_chunk(
         replaced = replace.columns([e.metadata for e in episodes], [e.table for e in episodes])
         for episode, columns in zip(episodes, replaced, strict=True):
             episode.replaced = columns
-    if video:
-        import av
-
-        try:
-            for (shard, _), episode in zip(jobs, episodes, strict=True):
-                mp4 = _one(shard, f"videos/{CAMERA_KEY}", ".mp4")
-                episode.video_bytes = mp4.stat().st_size
-                episode.video = av.open(str(mp4))
-        except BaseException:
-            _close(episodes)  # what this chunk opened before the error
-            raise
     return episodes
 
 
@@ -525,40 +390,30 @@ def _chunks(
         start = end
 
 
-def _close(episodes: Iterable[_Episode]) -> None:
-    """Close the mp4s ``episodes`` opened."""
-    for episode in episodes:
-        if episode.video is not None:
-            episode.video.close()
-
-
 def _read_ahead(
     jobs: list[tuple[Path, bool]],
     frames: list[int],
-    video: bool,
     replace: Replacement | None = None,
 ) -> Generator[_Episode, None, None]:
     """The shards' `_Episode` in order, read in chunks (`_chunks`, `_read_chunk`) one
-    chunk ahead on a thread of its own: its Parquet decoding, file reads and the mp4s'
-    stream probing (PyAV decodes a few frames, ~0.5 ms) release the GIL and overlap the
-    writing; a chunk's replacement columns are computed back to back, in one call (small
-    calls between the writes cost several times as much: the caches are cold)."""
+    chunk ahead on a thread of its own: its Parquet decoding and file reads release the
+    GIL and overlap the writing; a chunk's replacement columns are computed back to back,
+    in one call (small calls between the writes cost several times as much: the caches
+    are cold)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge-read") as pool:
         pending: deque[Future[list[_Episode]]] = deque()
         current: deque[_Episode] = deque()  # read, not yet handed out
         try:
             for chunk in [*_chunks(jobs, frames), None]:  # None: no chunk left to submit
                 if chunk is not None:
-                    pending.append(pool.submit(_read_chunk, chunk, video, replace))
+                    pending.append(pool.submit(_read_chunk, chunk, replace))
                 while pending and (chunk is None or len(pending) > 1):
                     current.extend(pending.popleft().result())
                     while current:
                         yield current.popleft()
-        finally:
-            _close(current)  # an error or an early stop: close what was opened
+        finally:  # an error or an early stop: nothing more is read
             for future in pending:
-                if not future.cancel() and future.exception() is None:
-                    _close(future.result())
+                future.cancel()
 
 
 def _metadata(shard: Path) -> dict[str, Any]:
@@ -598,6 +453,7 @@ def merge_shards(
     split: str = "train",
     replace: Replacement | None = None,
     language: bool = False,
+    video_runner: VideoRunner | None = None,
 ) -> MergeResult:
     """Merge shard folders (in the given order) into the empty folder ``out``.
 
@@ -607,34 +463,62 @@ def merge_shards(
     earlier merge chose another fps or camera shape), ``replace``: see the module
     docstring; ``language``: every frame also gets lerobot's ``language_persistent``
     (the episode's segments as subtasks) and ``language_events`` columns
-    (`lerobot_language`).
+    (`lerobot_language`); ``video_runner(merge_videos, *args)``: how the video side
+    (`ceres_merge_video.merge_videos`) is run beside the rows, which wait for it at the
+    end (default: called on a thread; a caller may run it in a process of its own).
     """
     fps, camera_shape, included, excluded = _choose_shards(shards)
     if reuse is not None:
         earlier = json_loads((reuse.folder / INFO_FILE).read_bytes())
         reuse = reuse if _signature(earlier) == (fps, camera_shape) else None
-    starts = set(breaks)
     merge = _Merge(out, fps, camera_shape, included[0][2]["features"], replace, language)
-    writers = merge.writers
-    jobs = [
-        (shard, reuse is not None and position < reuse.shards) for position, shard, _ in included
+    data = merge.data
+    linked_from = [
+        reuse.folder if reuse is not None and position < reuse.shards else None
+        for position, _, _ in included
+    ]
+    # new data and video files at the breaks and where linked files end
+    new_files = [
+        position in set(breaks) or (i > 0 and linked_from[i - 1] is not None and not linked)
+        for i, ((position, _, _), linked) in enumerate(zip(included, linked_from, strict=True))
     ]
     frames = [int(info["total_frames"]) for _, _, info in included]
-    read = _read_ahead(jobs, frames, camera_shape is not None, replace=replace)
-    try:
-        for new_index, ((position, shard, _), episode) in enumerate(
-            zip(included, read, strict=True)
-        ):
-            linked = reuse is not None and position < reuse.shards
-            if position in starts or (writers.linked_from is not None and not linked):
-                writers.new_files()
-            writers.linked_from = reuse.folder if reuse is not None and linked else None
-            merge.add(new_index, shard, episode, linked)
-    finally:
-        read.close()
-        writers.close()
+    videos: Future[tuple[list[VideoPlace], dict[str, str]]] | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge-video") as pool:
+        if camera_shape is not None:
+            steps = [
+                VideoStep(shard, n, new, linked)
+                for (_, shard, _), n, new, linked in zip(
+                    included, frames, new_files, linked_from, strict=True
+                )
+            ]
+            run = video_runner or _call
+            videos = pool.submit(run, merge_videos, out, fps, steps)
+        jobs = [
+            (shard, linked is not None)
+            for (_, shard, _), linked in zip(included, linked_from, strict=True)
+        ]
+        read = _read_ahead(jobs, frames, replace=replace)
+        try:
+            for new_index, ((_, shard, _), episode) in enumerate(zip(included, read, strict=True)):
+                if new_files[new_index]:
+                    data.new_file()
+                data.linked_from = linked_from[new_index]
+                merge.add(new_index, shard, episode, data.linked_from is not None)
+        finally:
+            read.close()
+            data.close()
+        if videos is not None:  # the rows' error first; then the video side's
+            merge.set_videos(*videos.result())
+    for (_, shard, _), rows, n in zip(included, merge.lengths, frames, strict=True):
+        if rows != n:
+            raise ValueError(f"shard {shard}: {INFO_FILE} says {n} frames, its data {rows} rows")
     merge.finish(data_version, split, excluded)
     return MergeResult(len(included), merge.offset, len(merge.tasks.texts), excluded)
+
+
+def _call(function: Callable[..., Any], *args: Any) -> Any:
+    return function(*args)
 
 
 def _choose_shards(
@@ -681,7 +565,8 @@ class _Merge:
         self.out, self.fps, self.camera_shape, self.language = out, fps, camera_shape, language
         self.features_info = features
         self.tasks = _Tasks()
-        self.writers = _Writers(out, fps)
+        self.data = _DataFiles(out)
+        self.video_digests: dict[str, str] = {}
         self.episode_rows: list[dict[str, Any]] = []
         self.features = list(features)
         renumbered = [f for f in RENUMBERED if f in self.features]
@@ -697,8 +582,9 @@ class _Merge:
         self.offset = 0
 
     def add(self, new_index: int, shard: Path, episode: _Episode, linked: bool) -> None:
-        """Episode ``new_index`` (read from ``shard``; ``linked``: its rows and video are
-        the earlier merge's): its rows, video, episode row, metadata and task specs."""
+        """Episode ``new_index`` (read from ``shard``; ``linked``: its rows are the earlier
+        merge's): its rows, episode row (its video's place: `set_videos`), metadata and
+        task specs."""
         table = episode.table
         n = table.num_rows
         task_index = self.tasks.remap(episode.tasks)[table.column("task_index").to_numpy()]
@@ -708,7 +594,7 @@ class _Merge:
             if self.language:
                 for name, column in language_columns(episode.metadata, n).items():
                     table = table.append_column(name, column)
-        chunk, file = self.writers.write_data(table, episode.data_bytes)
+        chunk, file = self.data.write(table, episode.data_bytes)
         self.stats.add(episode.stats)
         self.lengths.append(n)
         self.first_task.append(int(task_index[0]) if n else 0)
@@ -723,19 +609,8 @@ class _Merge:
             "dataset_from_index": self.offset,
             "dataset_to_index": self.offset + n,
         }
-        if self.camera_shape is not None:
-            (vchunk, vfile), start = self.writers.append_video(
-                episode.video, episode.video_bytes, n
-            )
-            prefix = f"videos/{CAMERA_KEY}"
-            row.update(
-                {
-                    f"{prefix}/chunk_index": vchunk,
-                    f"{prefix}/file_index": vfile,
-                    f"{prefix}/from_timestamp": start / self.fps,
-                    f"{prefix}/to_timestamp": (start + n) / self.fps,
-                }
-            )
+        if self.camera_shape is not None:  # filled in by `set_videos`, in this order
+            row.update(dict.fromkeys(VIDEO_COLUMNS))
         row["meta/episodes/chunk_index"] = 0
         row["meta/episodes/file_index"] = 0
         self.episode_rows.append(row)
@@ -748,8 +623,8 @@ class _Merge:
         raw, metadata = episode.metadata_raw, episode.metadata
         shard_index = int(metadata["episode"]["index"])
         written = f"{EPISODE_METADATA_DIR}/{shard_name(shard_index)}.json"
-        if self.writers.linked_from is not None:
-            link_or_copy(self.writers.linked_from / written, out / written)
+        if self.data.linked_from is not None:
+            link_or_copy(self.data.linked_from / written, out / written)
         elif raw == json_bytes(metadata, indent=2) + b"\n":  # as `write_json` writes it
             link_or_copy(shard / METADATA_FILE, out / written)  # a link, no new file
         else:
@@ -768,6 +643,15 @@ class _Merge:
                 "episode_id": metadata["episode"]["id"],
             }
         )
+
+    def set_videos(self, placed: list[VideoPlace], digests: dict[str, str]) -> None:
+        """Each episode row's video file and time range (`merge_videos`' places, one an
+        episode in order), and the digests of the video files written."""
+        for row, place, n in zip(self.episode_rows, placed, self.lengths, strict=True):
+            start = place.start / self.fps
+            values = (place.chunk, place.file, start, (place.start + n) / self.fps)
+            row.update(zip(VIDEO_COLUMNS, values, strict=True))
+        self.video_digests = digests
 
     def finish(self, data_version: str, split: str, excluded: dict[str, str]) -> None:
         """``meta/`` (episodes, tasks, info, stats), ``ceres/merge.json``, the receipt."""
@@ -802,7 +686,7 @@ class _Merge:
             out / MERGE_FILE,
             {"data_version": data_version, "episodes": self.merged, "excluded": excluded},
         )
-        write_receipt(out, self.writers.hashed())
+        write_receipt(out, {**self.data.hashes.result(), **self.video_digests})
 
 
 class _Replaced:

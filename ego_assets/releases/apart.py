@@ -25,6 +25,10 @@ from typing import Any
 from ego_assets.releases.derived import add_derivation_cpu_s, derivation_cpu_s
 
 REQUEST, ANSWER = "request.pickle", "answer.pickle"
+# From this many episodes on, a packing's heavy Python side runs apart (a fresh
+# interpreter costs about a second to start): the WebDataset copy, a derived robomimic
+# packing, a LeRobot split's video merge; below, in a thread.
+PROCESS_MIN_EPISODES = 1000
 
 
 class ApartError(RuntimeError):

@@ -25,7 +25,7 @@ from ego_assets.actions import ActionSpace
 from ego_assets.catalog.receipts import artefact_digest
 from ego_assets.catalog.warehouse import catalog_database
 from ego_assets.formats.egosmith_webdataset import DEFAULT_SHARD_BYTES
-from ego_assets.releases.apart import run_apart
+from ego_assets.releases.apart import PROCESS_MIN_EPISODES, run_apart
 from ego_assets.releases.card import CARD_FILE, dataset_card
 from ego_assets.releases.consent import apply_withdrawals, load_withdrawals
 from ego_assets.releases.derived import SourceNotes, describe_json
@@ -39,7 +39,7 @@ from ego_assets.releases.manifest import (
     manifest_bytes,
 )
 from ego_assets.releases.robomimic import FOLDER as ROBOMIMIC_FOLDER
-from ego_assets.releases.robomimic import pack_robomimic
+from ego_assets.releases.robomimic import linked_export_digests, pack_robomimic
 from ego_assets.releases.select import ReleaseEpisode, SelectionResult, select_episodes
 from ego_assets.releases.spec import RELEASES_DIR, ReleaseSpec, actions_of, load_spec, spec_path
 from ego_assets.releases.webdataset import FOLDER as WEBDATASET_FOLDER
@@ -48,10 +48,6 @@ from ego_assets.storage import Storage
 from ego_assets.trajectory.store import atomic_directory, remove_leftovers
 
 RELEASE_WRITER_VERSION = "release-2"  # bump when packed bytes or the layout change
-# From this many episodes on, the WebDataset copy runs in a process of its own
-# (`run_apart`: a fresh interpreter, about a second to start), so its Python work does
-# not take the GIL from the LeRobot merge, the longest of the three; below, in a thread.
-PROCESS_MIN_EPISODES = 1000
 VERSION_RE = re.compile(r"^v([1-9][0-9]*)$")
 
 
@@ -191,8 +187,9 @@ def _pack_robomimic_hashed(
 ) -> tuple[dict[str, Any], dict[str, tuple[int, str]], dict[str, Any]]:
     """`pack_robomimic`, then (bytes, SHA-256) of its files (path below ``tmp``) as
     `file_records` takes them: hashed on the robomimic thread, which is done long before
-    the LeRobot merge (its episode files are links, packed in no time), not after it;
-    and its `SourceNotes` (a derived space) as JSON."""
+    the LeRobot merge (its episode files are links, packed in no time), not after it,
+    a link to an export taking the export's digest (`linked_export_digests`); and its
+    `SourceNotes` (a derived space) as JSON."""
     notes = SourceNotes()
     packed = pack_robomimic(root, episodes, splits, tmp, plan, space, notes)
     prefix = f"{ROBOMIMIC_FOLDER}/"
@@ -206,7 +203,8 @@ def _pack_robomimic_hashed(
                 if r["path"].startswith(prefix)
             ],
         )
-    records = file_records(tmp / ROBOMIMIC_FOLDER, known)
+    linked = linked_export_digests(root, episodes, tmp)
+    records = file_records(tmp / ROBOMIMIC_FOLDER, known, linked)
     digests = {f"{prefix}{r['path']}": (r["bytes"], r["sha256"]) for r in records}
     return packed, digests, notes.to_json()
 

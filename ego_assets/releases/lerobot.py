@@ -6,7 +6,8 @@ episodes' CERES shards (``exports/ceres-lerobot-v3/<key>/shards/episode-<i>/``) 
 merged with the CERES merge (`ego_assets.formats.ceres_merge.merge_shards`: many episodes
 per data and video file up to LeRobot's size limits, videos joined by stream copy, stats
 aggregated from the per-episode stats) in part order (`layout`), each part starting new
-data and video files. Files are numbered across parts, so the leading parts a version
+data and video files; a split of `apart.PROCESS_MIN_EPISODES` episodes or more has its
+videos merged in a process of its own (`run_apart`), beside the rows. Files are numbered across parts, so the leading parts a version
 keeps at the same place (``PartPlan.prefix``) keep their data and video files: they are
 hard-linked from the previous version; appended episodes land in new files. The merge
 leaves out shards whose fps or camera shape differ from the most common one; those are
@@ -30,6 +31,7 @@ from typing import Any
 from ego_assets.actions import ActionSpace
 from ego_assets.formats.ceres_lerobot import RECEIPT_FILE
 from ego_assets.formats.ceres_merge import MERGE_FILE, Replacement, Reuse, merge_shards
+from ego_assets.releases.apart import PROCESS_MIN_EPISODES, run_apart
 from ego_assets.releases.derived import CERES_READS, LeRobotActions, SourceNotes
 from ego_assets.releases.layout import PartPlan
 from ego_assets.releases.select import ReleaseEpisode
@@ -89,6 +91,7 @@ def pack_lerobot(
             split=split,
             replace=replace,
             language=replace is not None,
+            video_runner=run_apart if len(ordered) >= PROCESS_MIN_EPISODES else None,
         )
         merged = json.loads((target / MERGE_FILE).read_text())["episodes"]
         got = {m["capture_key"]: int(m["episode_index"]) for m in merged}

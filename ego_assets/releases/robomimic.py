@@ -34,6 +34,7 @@ export's attributes (a link cannot carry any): the Holos export writes no langua
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,28 @@ FILE = "release.hdf5"
 EPISODES = "episodes"
 EXPORT_NAME = "holos_hdf5"
 SOURCE_DEMO = "/data/demo_0"
+
+
+def linked_export_digests(
+    root: Path, episodes: Sequence[ReleaseEpisode], out: Path
+) -> dict[str, tuple[int, str]]:
+    """Path below ``out/robomimic/`` -> (bytes, SHA-256) of each episode file that is a
+    hard link to its Holos export (the same inode, the export's size): the export's own
+    digest from the selection (its receipt's, taken when it was written whole; an export
+    is never written through), not the file read again. A copy is left out (hashed)."""
+    digests: dict[str, tuple[int, str]] = {}
+    for episode in episodes:
+        export = episode.exports[EXPORT_NAME]
+        relative = f"{EPISODES}/{episode.capture_key}.hdf5"
+        try:
+            linked = os.stat(Path(out) / FOLDER / relative)
+            source = os.stat(Path(root) / export["path"])
+        except FileNotFoundError:
+            continue
+        same = (linked.st_ino, linked.st_dev) == (source.st_ino, source.st_dev)
+        if same and linked.st_size == int(export["bytes"]):
+            digests[relative] = (linked.st_size, str(export["sha256"]))
+    return digests
 
 
 def pack_robomimic(
