@@ -60,7 +60,8 @@ def test_a_release_packed_apart_has_the_bytes_of_one_packed_in_a_thread(
     assert any(name.startswith("webdataset/") and name.endswith(".tar") for name in threaded)
     # the LeRobot video merge: once a split dataset
     splits = {name.split("/")[1] for name in threaded if name.startswith("lerobot/")}
-    assert sorted(calls) == sorted(["pack_webdataset", *["merge_videos"] * len(splits)])
+    want = ["_pack_robomimic_hashed", "pack_webdataset", *["merge_videos"] * len(splits)]
+    assert sorted(calls) == sorted(want)
     assert any(name.startswith("lerobot/") and name.endswith(".mp4") for name in apart)
     assert apart == threaded
 
@@ -68,8 +69,8 @@ def test_a_release_packed_apart_has_the_bytes_of_one_packed_in_a_thread(
 def test_a_derived_release_packed_apart_has_the_bytes_of_one_packed_in_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With a derived action space robomimic is packed apart too (its derivation is
-    Python work an episode)."""
+    """With a derived action space too (robomimic's derivation is Python work an
+    episode)."""
     root = make_release_root(tmp_path / "data")
     _write_spec(root, "eef", WEBXR_ONLY + '\n[actions]\nspace = "eef_pose_gripper"\n')
     threaded, apart, calls = _threaded_then_apart(root, "eef", tmp_path, monkeypatch)

@@ -115,7 +115,8 @@ def _pack_version(
     if plan.previous is not None and previous_files is not None:
         known = (plan.previous, previous_files)
     # the formats write folders of their own: packed side by side (their C work, file I/O
-    # and hashing run outside the GIL; a large WebDataset copy in a process of its own),
+    # and hashing run outside the GIL; a large WebDataset copy and robomimic packing in
+    # processes of their own),
     # the first error in format order raised
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="release-pack") as pool:
         jobs: dict[str, Future[Any]] = {}
@@ -128,8 +129,9 @@ def _pack_version(
                 jobs["webdataset"] = pool.submit(pack_webdataset, *args)
         if "robomimic" in wanted:
             robomimic = (root, episodes, splits, tmp, plan, known, space)
-            if space.derived and len(episodes) >= PROCESS_MIN_EPISODES:
-                # deriving is Python work an episode: apart, off the merge's GIL
+            if len(episodes) >= PROCESS_MIN_EPISODES:
+                # opening each episode file (and deriving) is Python work an episode:
+                # apart, off the merge's GIL
                 jobs["robomimic"] = pool.submit(run_apart, _pack_robomimic_hashed, *robomimic)
             else:
                 jobs["robomimic"] = pool.submit(_pack_robomimic_hashed, *robomimic)
