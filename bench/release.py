@@ -12,8 +12,9 @@
    ``exports/ceres-lerobot-v3/<key>/shards/episode-NNNNNN/``): every file is a hard link
    to the base's (no disk space, no time), except the CERES shard's
    ``ceres/episode-metadata.json``, written anew (as the exporter writes it) with the
-   replica's capture key and episode index (the merge reads them). The replicas'
-   samples are the base's bytes.
+   replica's capture key and episode index (the merge reads them); the shard's data,
+   video and episodes files are linked at the names the exporter gives that index. The
+   replicas' samples are the base's bytes.
 2. **Selection.** The catalog is not built for 10,000 captures: the bench makes the
    selection itself (`SelectionResult`, each episode's split from the spec's seeded rule,
    its exports with path, bytes and SHA-256: the real one of the Holos file, the base's,
@@ -119,6 +120,9 @@ def _replicate(root: Path, base: dict[str, Path], key: str, index: int) -> dict[
     holos = root / "exports" / "holos_hdf5" / key / f"{key}.h5"
     ceres = root / "exports" / "ceres-lerobot-v3" / key / "shards" / shard_name(index)
     targets = {"egosmith_shards": egosmith, "holos_hdf5": holos, "ceres_episode": ceres}
+    # a shard's data, video and episodes files are named by its episode index
+    base_index = json.loads((base["ceres_episode"] / METADATA_FILE).read_text())["episode"]["index"]
+    renamed = (f"/file-{base_index:03d}.", f"/file-{index:03d}.")
     for path in sorted(p for p in base["trajectory"].rglob("*") if p.is_file()):
         dest = root / "trajectory" / key / path.relative_to(base["trajectory"])
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -131,6 +135,8 @@ def _replicate(root: Path, base: dict[str, Path], key: str, index: int) -> dict[
         for path in files:
             rel = path.relative_to(source) if source.is_dir() else None
             dest = target / rel if rel is not None else target
+            if fmt == "ceres_episode":
+                dest = Path(str(dest).replace(*renamed))
             if rel is not None and rel.as_posix() == METADATA_FILE:
                 doc = json.loads(path.read_text())
                 doc["episode"].update({"capture_key": key, "index": index, "id": key})

@@ -91,7 +91,6 @@ MB = 1024 * 1024
 RENUMBERED = ("episode_index", "index", "task_index")
 # shards read ahead together (`_chunks`): at most this many, and this many frames
 CHUNK_SHARDS, CHUNK_FRAMES = 32, 20_000
-FIRST_DATA_FILE = DATA_PATH.format(chunk_index=0, file_index=0)
 # how `merge_shards` runs `merge_videos` with its arguments, returning what it returns
 VideoRunner = Callable[..., Any]
 VIDEO_COLUMNS = tuple(
@@ -324,6 +323,16 @@ def _json_names(folder: Path) -> list[str]:
     return sorted(name for name in visible_names(folder) if name.endswith(".json"))
 
 
+def _task_specs(shard: Path, metadata: dict[str, Any]) -> list[str]:
+    """The names of the shard's task specification files: the one its episode metadata
+    names (``task_specification.path``; none when that is null), or, for metadata without
+    the field, the ``*.json`` files of its folder."""
+    if "task_specification" not in metadata:
+        return _json_names(shard / TASK_SPEC_DIR)
+    named = metadata["task_specification"]
+    return [] if named is None else [Path(named["path"]).name]
+
+
 def _read_parquet(raw: bytes, columns: list[str] | None = None) -> pa.Table:
     """The small Parquet file ``raw`` decoded on this thread (``ParquetFile`` skips
     read_table's dataset set-up, ~1 ms; for an episode's 90 kB, Arrow's thread pool and
@@ -348,16 +357,17 @@ class _Episode:
 def _read_episode(shard: Path, linked: bool, reads: tuple[str, ...]) -> _Episode:
     """Read shard ``shard`` for the merge: its rows (only ``task_index`` and ``reads``
     when ``linked``), tasks file, stats and episode metadata."""
-    data_file = shard_file(shard, FIRST_DATA_FILE, "data", ".parquet")
-    raw = data_file.read_bytes()
     metadata_raw = (shard / METADATA_FILE).read_bytes()
+    metadata = dict(json_loads(metadata_raw))
+    episode = int(metadata["episode"]["index"])
+    raw = shard_file(shard, DATA_PATH, episode, "data", ".parquet").read_bytes()
     return _Episode(
         table=_read_parquet(raw, ["task_index", *reads] if linked else None),
         data_bytes=len(raw),
         tasks=(shard / TASKS_FILE).read_bytes(),
         stats=json_loads((shard / STATS_FILE).read_bytes()),
         metadata_raw=metadata_raw,
-        metadata=dict(json_loads(metadata_raw)),
+        metadata=metadata,
     )
 
 
@@ -629,7 +639,7 @@ class _Merge:
             link_or_copy(shard / METADATA_FILE, out / written)  # a link, no new file
         else:
             write_json(out / written, metadata)
-        for spec in _json_names(shard / TASK_SPEC_DIR):
+        for spec in _task_specs(shard, metadata):
             if spec not in self.copied_specs:  # named by its SHA-256
                 (out / TASK_SPEC_DIR).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(shard / TASK_SPEC_DIR / spec, out / TASK_SPEC_DIR / spec)

@@ -23,17 +23,17 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ego_assets.fileio import file_sha256, link_or_copy
+from ego_assets.fileio import file_sha256, json_loads, link_or_copy
 from ego_assets.formats.ceres_lerobot import (
     CAMERA_KEY,
     CHUNKS_SIZE,
+    METADATA_FILE,
     VIDEO_FILES_SIZE_IN_MB,
     VIDEO_PATH,
 )
 from ego_assets.formats.lerobot_video import MUX_OPTIONS
 
 MB = 1024 * 1024
-FIRST_VIDEO_FILE = VIDEO_PATH.format(video_key=CAMERA_KEY, chunk_index=0, file_index=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +57,18 @@ class VideoPlace:
     start: int
 
 
-def shard_file(shard: Path, relative: str, middle: str, suffix: str) -> Path:
-    """A one-episode shard's file at LeRobot's first (chunk, file) place ``relative``,
-    where its episode row points and the exporter writes it (one ``stat``); any other
-    shard's one ``<middle>/*/*<suffix>`` (`_one`: two directory reads, or the error)."""
-    path = shard / relative
+def shard_file(shard: Path, template: str, episode: int, middle: str, suffix: str) -> Path:
+    """A one-episode shard's file: at the path ``template`` gives for chunk 0 and file
+    ``episode`` (its episode index), where the exporter writes it and its episode row
+    points (one ``stat``); else the shard's one ``<middle>/*/*<suffix>`` (`_one`: two
+    directory reads, or the error naming the shard)."""
+    path = shard / template.format(video_key=CAMERA_KEY, chunk_index=0, file_index=episode)
     return path if path.is_file() else _one(shard, middle, suffix)
+
+
+def shard_episode(shard: Path) -> int:
+    """The episode index a shard's episode metadata gives."""
+    return int(json_loads((shard / METADATA_FILE).read_bytes())["episode"]["index"])
 
 
 def _one(folder: Path, middle: str, suffix: str) -> Path:
@@ -218,7 +224,8 @@ def merge_videos(
             if step.new_file:
                 files.new_file()
             files.linked_from = step.linked_from
-            mp4 = shard_file(step.shard, FIRST_VIDEO_FILE, f"videos/{CAMERA_KEY}", ".mp4")
+            episode = shard_episode(step.shard)
+            mp4 = shard_file(step.shard, VIDEO_PATH, episode, f"videos/{CAMERA_KEY}", ".mp4")
             size = mp4.stat().st_size
             with av.open(str(mp4), format="mp4") as inp:  # no container probing
                 placed.append(files.append(inp, size, step.frames))

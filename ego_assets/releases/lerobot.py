@@ -7,11 +7,12 @@ merged with the CERES merge (`ego_assets.formats.ceres_merge.merge_shards`: many
 per data and video file up to LeRobot's size limits, videos joined by stream copy, stats
 aggregated from the per-episode stats) in part order (`layout`), each part starting new
 data and video files; a split of `apart.PROCESS_MIN_EPISODES` episodes or more has its
-videos merged in a process of its own (`run_apart`), beside the rows. Files are numbered across parts, so the leading parts a version
-keeps at the same place (``PartPlan.prefix``) keep their data and video files: they are
-hard-linked from the previous version; appended episodes land in new files. The merge
-leaves out shards whose fps or camera shape differ from the most common one; those are
-listed under ``excluded`` (capture keys) in the manifest.
+videos merged in a process of its own (`run_apart`), beside the rows. Files are numbered
+across parts, so the leading parts a version keeps at the same place
+(``PartPlan.prefix``) keep their data and video files: they are hard-linked from the
+previous version; appended episodes land in new files. The merge leaves out shards
+whose fps or camera shape differ from the most common one; those are listed under
+``excluded`` (capture keys) in the manifest.
 
 With a derived action space (``[actions]``), each frame's ``observation.state`` and
 ``action`` are the `derived` vectors at that frame's source-clock time, with one name
