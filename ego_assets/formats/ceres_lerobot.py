@@ -62,6 +62,7 @@ DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 CHUNKS_SIZE = 1000
+MB = 1024 * 1024  # the unit of the two size limits (LeRobot's MiB)
 DATA_FILES_SIZE_IN_MB = 100
 VIDEO_FILES_SIZE_IN_MB = 200
 SOURCE_COLUMNS = ("ceres.source_frame_index", "ceres.source_timestamp", "ceres.source_gap")

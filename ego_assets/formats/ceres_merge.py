@@ -56,6 +56,7 @@ from ego_assets.formats.ceres_lerobot import (
     DATA_PATH,
     EPISODES_PATH,
     INFO_FILE,
+    MB,
     METADATA_FILE,
     STAT_NAMES,
     STATS_FILE,
@@ -87,7 +88,6 @@ from ego_assets.formats.lerobot_video import QUANTILES, quantile_name, video_inf
 MERGE_FILE = "ceres/merge.json"
 MERGE_VERSION = "ceres-lerobot-v3-merge-1"  # bump when the merged output changes
 EPISODE_METADATA_DIR = "ceres/episodes"
-MB = 1024 * 1024
 RENUMBERED = ("episode_index", "index", "task_index")
 # shards read ahead together (`_chunks`): at most this many, and this many frames
 CHUNK_SHARDS, CHUNK_FRAMES = 32, 20_000
@@ -488,8 +488,9 @@ def merge_shards(
         for position, _, _ in included
     ]
     # new data and video files at the breaks and where linked files end
+    starts = set(breaks)
     new_files = [
-        position in set(breaks) or (i > 0 and linked_from[i - 1] is not None and not linked)
+        position in starts or (i > 0 and linked_from[i - 1] is not None and not linked)
         for i, ((position, _, _), linked) in enumerate(zip(included, linked_from, strict=True))
     ]
     frames = [int(info["total_frames"]) for _, _, info in included]

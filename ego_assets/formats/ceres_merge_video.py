@@ -27,13 +27,12 @@ from ego_assets.fileio import file_sha256, json_loads, link_or_copy
 from ego_assets.formats.ceres_lerobot import (
     CAMERA_KEY,
     CHUNKS_SIZE,
+    MB,
     METADATA_FILE,
     VIDEO_FILES_SIZE_IN_MB,
     VIDEO_PATH,
 )
 from ego_assets.formats.lerobot_video import MUX_OPTIONS
-
-MB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
