@@ -58,7 +58,7 @@ def test_a_clean_episode_passes_every_check() -> None:
     assert [o.success for o in results.outcomes] == [True] * 5
     assert [o.severity for o in results.outcomes] == ["ERROR", "ERROR", "WARN", "WARN", "WARN"]
     assert results.outcomes[0].expectation == (
-        "expect_column_values_to_be_between(error_margin)[backwards_timestamps]"
+        "expect_column_min_to_be_between(error_margin)[backwards_timestamps]"
     )
 
 
@@ -100,38 +100,71 @@ def _observed(results: ExpectationResults) -> list[tuple[str, bool, tuple[str, .
     return [(o.expectation, o.success, o.observed) for o in results.outcomes]
 
 
-def test_the_failing_rows_named_are_those_gx_itself_finds_unexpected() -> None:
+def test_gx_fails_the_columns_whose_least_margin_is_that_of_the_failing_rows() -> None:
     report = _faulty_report()
     frame = checks_frame(report, default_thresholds())
-    gx_rows = _validator(frame, {"result_format": "SUMMARY", "partial_unexpected_count": 99})
-    result = gx_rows.validate_expectation_suite(_suite(default_thresholds()))
-    unexpected = {
-        f"{frame.at[i, 'scope']}={frame.at[i, 'value']:g}"
-        for res in result.results
-        for i in res.result["partial_unexpected_index_list"]
+    columns = ("error_margin", "warn_margin")
+    summary = _validator(frame[list(columns)], {"result_format": "SUMMARY"})
+    suite = _suite(default_thresholds(), columns)
+    by_column = _by_column(summary.validate_expectation_suite(suite))
+    assert {c: r.success for c, r in by_column.items()} == {
+        "error_margin": False,
+        "warn_margin": False,
     }
+    # GX's least margin of each column is the margin of one of the rows the outcomes name
+    assert by_column["error_margin"].result["observed_value"] == pytest.approx(-1.0)
     results = run_expectations(report)
     assert not results.passed
-    assert {row for o in results.outcomes for row in o.observed} == unexpected
     assert [o.observed for o in results.errors] == [("stream:head=1",), ("hand:left=1",)]
+    least = {
+        f"{frame.at[i, 'scope']}={frame.at[i, 'value']:g}": frame.at[i, column]
+        for column in columns
+        for i in frame.index[frame[column] < 0]
+    }
+    assert set(least) == {row for o in results.outcomes for row in o.observed}
+    for column in columns:
+        assert by_column[column].result["observed_value"] == pytest.approx(
+            frame[column].min(skipna=True)
+        )
 
 
-def test_gx_names_the_rows_when_its_verdicts_and_the_margins_disagree(monkeypatch) -> None:
+def test_a_margin_column_without_a_value_is_left_out_of_the_suite(monkeypatch) -> None:
+    # GX fails the least value of an all-null column; no measurable ERROR figure (every
+    # one NaN) leaves nothing to check there, as GX skipping the nulls did before
+    def unmeasured(report, thresholds):
+        frame = checks_frame(report, thresholds)
+        frame["value"] = frame["value"].where(frame["error_margin"].isna())
+        frame["error_margin"] = np.nan
+        return frame
+
+    monkeypatch.setattr(expectations, "checks_frame", unmeasured)
+    suites = []
+    real_suite = expectations._suite
+
+    def recorded(thresholds, columns):
+        suites.append(columns)
+        return real_suite(thresholds, columns)
+
+    monkeypatch.setattr(expectations, "_suite", recorded)
+    results = run_expectations(_faulty_report())
+    assert suites == [("warn_margin",)]
+    assert results.passed
+    (warning,) = results.warnings
+    assert warning.observed == ("stream:head=0.00333333",)
+
+
+def test_gx_and_the_margins_disagreeing_is_refused_naming_the_capture(monkeypatch) -> None:
     report = _faulty_report()
-    expected = _observed(run_expectations(report))
-    calls = []
 
-    def contrary(result):  # the first pass's verdicts turned around
+    def contrary(result):  # GX's verdicts turned around
         by_column = _by_column(result)
-        calls.append(result)
-        if len(calls) == 1:
-            for res in by_column.values():
-                res.success = not res.success
+        for res in by_column.values():
+            res.success = not res.success
         return by_column
 
     monkeypatch.setattr(expectations, "_by_column", contrary)
-    assert _observed(run_expectations(report)) == expected
-    assert len(calls) == 2  # success alone, then GX's own rows
+    with pytest.raises(RuntimeError, match=r"capture 'cap-gx': GX finds the least error_margin"):
+        run_expectations(report)
 
 
 def test_checks_frame_holds_margins_in_the_column_of_the_severity() -> None:

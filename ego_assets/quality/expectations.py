@@ -7,12 +7,14 @@ ephemeral context, its pandas datasource and the suite are built once per proces
 GX spends its time per expectation (building the metric graph), not per row, so the
 checks are laid out long: `checks_frame` has one row per (scope, check) with the value,
 its limit and the margin ``limit - value``, in an ``error_margin`` column for checks of
-severity ERROR and a ``warn_margin`` column for WARN. The suite is then two
-expectations (each margin >= 0; GX skips the nulls), and one episode validates in a few
-tens of milliseconds after warm-up: first for success alone (GX's ``BOOLEAN_ONLY``,
-about 9 ms), and only when something failed again for the failing rows (``SUMMARY``,
-about 18 ms). `run_expectations` maps GX's failing row indices back to one
-`CheckOutcome` per check.
+severity ERROR and a ``warn_margin`` column for WARN. The suite is then one expectation
+a margin column: its least margin is at least 0 (``expect_column_min_to_be_between``;
+GX skips the nulls), an aggregate that GX resolves with one metric, about half the cost
+of the per-row ``expect_column_values_to_be_between`` over the same column. A column with
+no measurable margin has nothing to check and is left out of that capture's suite (GX
+fails the minimum of an all-null column). The failing rows are those whose margin is
+below zero; `run_expectations` maps them back to one `CheckOutcome` per check and refuses
+to go on when GX's verdict on a column and its rows disagree.
 
 Severity: ``ERROR`` blocks every downstream asset of the episode; ``WARN`` is reported.
 """
@@ -48,6 +50,7 @@ log = logging.getLogger(__name__)
 
 _GX_SEVERITY = {"ERROR": "critical", "WARN": "warning"}
 _MARGIN_COLUMN = {"ERROR": "error_margin", "WARN": "warn_margin"}
+_EXPECTATION = "expect_column_min_to_be_between"
 _DATASOURCE = "ego_quality"
 _ASSET = "episode_checks"
 
@@ -92,7 +95,7 @@ class CheckOutcome:
 
     Attributes:
         expectation: GX expectation and the check, e.g.
-            ``"expect_column_values_to_be_between(error_margin)[backwards_timestamps]"``.
+            ``"expect_column_min_to_be_between(error_margin)[backwards_timestamps]"``.
         description: what it checks, in words.
         severity: ``"ERROR"`` or ``"WARN"``.
         success: whether every row of the check met it.
@@ -192,20 +195,22 @@ def _gx() -> tuple[AbstractDataContext, BatchDefinition]:
 
 
 @cache
-def _suite(thresholds: Thresholds) -> ExpectationSuite:
-    """The suite for ``thresholds``, registered once in the process's context."""
+def _suite(thresholds: Thresholds, columns: tuple[str, ...]) -> ExpectationSuite:
+    """The suite for ``thresholds`` over the margin ``columns``, registered once in the
+    process's context."""
     import great_expectations as gx
     from great_expectations.expectations.metadata_types import FailureSeverity
 
     context, _ = _gx()
-    name = f"ego_quality_v{thresholds.version}_{hash(thresholds) & 0xFFFFFFFF:08x}"
+    name = f"ego_quality_v{thresholds.version}_{hash((thresholds, columns)) & 0xFFFFFFFF:08x}"
     suite = context.suites.add(gx.ExpectationSuite(name=name))
     for severity, column in _MARGIN_COLUMN.items():
-        suite.add_expectation(
-            gx.expectations.ExpectColumnValuesToBeBetween(
-                column=column, min_value=0.0, severity=FailureSeverity(_GX_SEVERITY[severity])
+        if column in columns:
+            suite.add_expectation(
+                gx.expectations.ExpectColumnMinToBeBetween(
+                    column=column, min_value=0.0, severity=FailureSeverity(_GX_SEVERITY[severity])
+                )
             )
-        )
     return suite
 
 
@@ -222,7 +227,10 @@ def _validator(frame: pd.DataFrame, result_format: dict[str, Any]) -> V1Validato
 
 def warm_up(thresholds: Thresholds | None = None) -> None:
     """Import GX and build the context and suite now (about 10 s on a cold process)."""
-    _suite(thresholds if thresholds is not None else default_thresholds())
+    _suite(
+        thresholds if thresholds is not None else default_thresholds(),
+        tuple(_MARGIN_COLUMN.values()),
+    )
 
 
 def run_expectations(
@@ -231,34 +239,22 @@ def run_expectations(
     """Validate ``report`` with the GX suite; ERROR failures mean: block downstream."""
     limits = thresholds if thresholds is not None else default_thresholds()
     frame = checks_frame(report, limits)
-    # GX gets the two columns its suite reads (it hashes and sizes the whole frame); the
-    # rows keep their index, so failing rows map back to ``frame``
-    margins = frame[list(_MARGIN_COLUMN.values())]
-    below = {
-        str(column): {int(i) for i in margins.index[margins[column].to_numpy() < 0]}
-        for column in margins.columns
-    }
-    # GX decides which expectation fails, asked for success alone (no unexpected values
-    # gathered: about half the cost of SUMMARY). The failing rows are those whose margin is
-    # below zero, what the suite's between-0-and-None expectation finds unexpected; when
-    # GX's verdicts and those rows disagree, GX is asked for its own rows. The validator
-    # (what `Batch.validate` makes) loads the batch once for both passes.
-    validator = _validator(margins, {"result_format": "BOOLEAN_ONLY"})
-    by_column = _by_column(validator.validate_expectation_suite(_suite(limits)))
-    if all(res.success == (not below[column]) for column, res in by_column.items()):
-        failing = {i for column, res in by_column.items() if not res.success for i in below[column]}
-    else:
-        validator.result_format = {
-            "result_format": "SUMMARY",
-            "partial_unexpected_count": len(frame),
-        }
-        by_column = _by_column(validator.validate_expectation_suite(_suite(limits)))
-        failing = {
-            int(i)
-            for res in by_column.values()
-            for i in (res.result or {}).get("partial_unexpected_index_list", [])
-        }
-    kinds = {column: _kind(res) for column, res in by_column.items()}
+    margins = {column: frame[column].to_numpy() for column in _MARGIN_COLUMN.values()}
+    below = {column: set(np.flatnonzero(m < 0).tolist()) for column, m in margins.items()}
+    measured = tuple(column for column, m in margins.items() if not np.isnan(m).all())
+    if measured:
+        # GX gets the columns its suite reads (it hashes and sizes the whole frame)
+        validator = _validator(frame[list(measured)], {"result_format": "BOOLEAN_ONLY"})
+        result = validator.validate_expectation_suite(_suite(limits, measured))
+        for column, res in _by_column(result).items():
+            if res.success == bool(below[column]):
+                raise RuntimeError(
+                    f"capture {report.capture_id!r}: GX finds the least {column} "
+                    f"{'at or above' if res.success else 'below'} zero, the margins below "
+                    f"zero are rows {sorted(below[column])} of {len(frame)}"
+                    f"{_raised(res)}"
+                )
+    failing = set().union(*below.values())
     outcomes = []
     for check in CHECKS:
         rows = frame.index[frame["check"] == check.name]
@@ -266,7 +262,7 @@ def run_expectations(
         column = _MARGIN_COLUMN[check.severity]
         outcomes.append(
             CheckOutcome(
-                expectation=f"{kinds.get(column, '')}({column})[{check.name}]",
+                expectation=f"{_EXPECTATION}({column})[{check.name}]",
                 description=check.description,
                 severity=check.severity,
                 success=not bad,
@@ -284,9 +280,11 @@ def _by_column(result: ExpectationSuiteValidationResult) -> dict[str, Expectatio
     return {str(_config(res).kwargs["column"]): res for res in result.results}
 
 
-def _kind(result: ExpectationValidationResult) -> str:
-    """The expectation type of ``result`` (``expect_column_values_to_be_between``)."""
-    return str(_config(result).type)
+def _raised(result: ExpectationValidationResult) -> str:
+    """``: <GX's exception>`` when validating ``result`` raised one, else nothing."""
+    info = result.exception_info or {}
+    message = info.get("exception_message") if info.get("raised_exception") else None
+    return f": {message}" if message else ""
 
 
 def _config(result: ExpectationValidationResult) -> ExpectationConfiguration:
