@@ -128,10 +128,11 @@ def remove_temporaries(path: Path) -> list[Path]:
 
 # orjson writes what json.dumps writes but for: non-ASCII and DEL (raw, not \\u escaped),
 # floats below 1e-4 (``0.000099``, ``1e-7`` where json writes ``9.9e-05``, ``1e-07``) and
-# NaN or infinities (``null``). Any of these, and every type orjson is not told to pass
-# through (subclasses, dataclasses, datetimes: they reach json's rules), sends the
-# document to json itself. A number printed with an exponent or four leading zeros
-# (after ``": "`` or an indentation, so inside a string it only costs a fallback):
+# NaN or infinities (``null``). Those floats are printed again (`_repr_floats`); the
+# rest, and every type orjson is not told to pass through (subclasses, dataclasses,
+# datetimes: they reach json's rules), send the document to json itself. A number printed
+# with an exponent or four leading zeros (after ``": "`` or an indentation, so inside a
+# string it only costs a second look):
 _ORJSON_DIFFERS = re.compile(rb"(?:: |\n *|^)-?(?:0\.0000|[0-9.]+[eE])")
 # An integer of 19 digits or more (past 64 bits, where orjson reads a float) is a run of
 # 19 digits after a byte that is no digit, ``.``, ``e``, ``E``, ``+`` (a fraction or an
@@ -162,7 +163,11 @@ def json_bytes(doc: Any, *, indent: int = 2, sort_keys: bool = False) -> bytes:
     if indent < 1:
         raise ValueError(f"indent {indent}: json_bytes writes indented JSON (1 or more)")
     out = _orjson_ascii(doc, _ORJSON_OPTIONS | (orjson.OPT_SORT_KEYS * sort_keys))
-    if out is None or _ORJSON_DIFFERS.search(out) is not None:
+    if out is not None and _ORJSON_DIFFERS.search(out) is not None:
+        # floats orjson prints otherwise, printed again; a backslash (a quote may be
+        # escaped) leaves the quotes uncounted: json itself then
+        out = None if b"\\" in out else _repr_floats(out)
+    if out is None:
         return json.dumps(doc, indent=indent, sort_keys=sort_keys).encode()
     if indent == 2:
         return out
@@ -173,31 +178,42 @@ def json_bytes(doc: Any, *, indent: int = 2, sort_keys: bool = False) -> bytes:
 _NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 
 
+_BLANKS = frozenset(b" \n")
+_ENDS = frozenset((b",", b"]", b"}", b"\n", b""))  # what may follow a number token
+# Where orjson's float may differ from repr: a digit before an exponent (so not the e of
+# a key) or before four zeros after the point; in a string too, which the quotes then
+# tell. (One pattern starting with a digit: re scans for it several times faster than
+# for a lookbehind.)
+_FLOAT_MARKS = re.compile(rb"[0-9](?:e|\.0000)")
+
+
 def _repr_floats(out: bytes) -> bytes:
-    """orjson's compact ASCII ``out`` (no backslash) with each float orjson prints
-    otherwise than ``repr`` (below 1e-4 in fixed notation, an exponent without json's sign
-    and two digits) printed with ``repr``: every ``e`` and ``0.0000`` is found with
-    ``bytes.find`` (few in most documents), and taken when it lies in a number token
-    outside a string (an even count of quotes before it)."""
-    marks = []
-    for mark in (b"e", b"0.0000"):
-        at = out.find(mark)
-        while at >= 0:
-            marks.append(at)
-            at = out.find(mark, at + 1)
+    """orjson's ASCII ``out`` (compact or indented, no backslash) with each float orjson
+    prints otherwise than ``repr`` (below 1e-4 in fixed notation, an exponent without
+    json's sign and two digits) printed with ``repr``: every digit before an ``e`` or a
+    ``.0000`` is found (`_FLOAT_MARKS`: few in most documents), and taken when it lies in
+    a number token (between a separator and the next, the indentation's spaces and
+    newlines aside) outside a string (an even count of quotes before it)."""
     pieces: list[bytes] = []
     done = counted = quotes = 0
-    for at in sorted(marks):
+    for found in _FLOAT_MARKS.finditer(out):
+        at = found.start()
         if at < done:  # in the token just printed
             continue
         start = max(out.rfind(b",", done, at), out.rfind(b":", done, at), out.rfind(b"[", done, at))
         start = max(start + 1, done)
-        ends = [i for i in (out.find(b",", at), out.find(b"]", at), out.find(b"}", at)) if i >= 0]
-        end = min(ends, default=len(out))
+        while out[start] in _BLANKS:
+            start += 1
         quotes += out.count(b'"', counted, start)
         counted = start
-        if quotes % 2 or _NUMBER.fullmatch(out, start, end) is None:
+        number = None if quotes % 2 else _NUMBER.match(out, start)
+        if (
+            number is None
+            or number.end() <= at
+            or out[number.end() : number.end() + 1] not in _ENDS
+        ):
             continue
+        end = number.end()
         pieces += [out[done:start], repr(float(out[start:end])).encode()]
         done = end
     return b"".join([*pieces, out[done:]]) if pieces else out

@@ -107,6 +107,26 @@ def test_compact_json_bytes_floats_of_every_magnitude_beside_look_alike_text():
         assert compact_json_bytes(doc) == json.dumps(doc, **compact).encode()
 
 
+def test_json_bytes_floats_beside_look_alike_text_in_every_indentation():
+    rng = random.Random(13)
+    floats = _floats(rng, 2_000)
+    texts = ["1e-7", "a,1e-07]", "0.00001", ":0.000099,", "[2.5e-5}", "mean", "e", "x\n  1e-5"]
+    for x in floats[:1500] + floats[-1500:]:
+        doc = {"v": x, "w": [x, rng.choice(texts)], rng.choice(texts): [[x], {"e": x}]}
+        for indent in (1, 2, 4):
+            want = json.dumps(doc, indent=indent, sort_keys=True).encode()
+            assert json_bytes(doc, indent=indent, sort_keys=True) == want
+
+
+def test_json_bytes_prints_small_floats_without_the_standard_library(monkeypatch):
+    """A quality report holds floats below 1e-4 (a timing spread): orjson writes the
+    indented document and only those are printed again."""
+    doc = {"dt_cv": 3.2e-05, "streams": [{"gap": [1e-07, 0.25]}, {"e": -4.2e-300}]}
+    want = {i: json.dumps(doc, indent=i, sort_keys=True).encode() for i in (2, 4)}
+    monkeypatch.setattr(json, "dumps", lambda *a, **k: pytest.fail("json.dumps"))
+    assert {i: json_bytes(doc, indent=i, sort_keys=True) for i in (2, 4)} == want
+
+
 def test_json_bytes_deep_and_dataclass():
     deep: list = []
     for _ in range(200):

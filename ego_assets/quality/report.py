@@ -266,8 +266,8 @@ def _nanmax(values: list[float]) -> float:
 
 
 def _json_safe(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
+    if isinstance(value, float):  # numpy's float64 made a float: orjson writes plain floats
+        return float(value) if math.isfinite(value) else None
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
