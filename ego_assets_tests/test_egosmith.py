@@ -46,6 +46,7 @@ from ego_assets.formats.egosmith_webdataset import (
     EgoSmithOptions,
     encode_jpeg,
     full_range,
+    full_range_420,
     meta_json,
     npy_bytes,
     ordered_map,
@@ -480,6 +481,29 @@ def test_the_stretch_is_its_fixed_point_formula_at_every_level(stretch):
     out, work = np.full((16, 16), 7, np.uint8), np.full((16, 16), 7, np.uint16)
     assert full_range(levels, stretch, out, work) is out
     assert out.tolist() == formula.tolist() == full_range(levels, stretch).tolist()
+
+
+def test_a_frames_three_planes_stretched_at_once_are_each_planes_stretch():
+    rng = np.random.default_rng(5)
+    h, w = 6, 8
+    # padded decoder rows: strided views of wider buffers, every level present
+    y = rng.integers(0, 256, (h, w + 4), dtype=np.uint8)[:, :w]
+    y[0, :] = [0, 15, 16, 17, 128, 234, 235, 255]
+    u = rng.integers(0, 256, (h // 2, w // 2 + 2), dtype=np.uint8)[:, : w // 2]
+    v = rng.integers(0, 256, (h // 2, w // 2 + 2), dtype=np.uint8)[:, : w // 2]
+    u[0, :] = [0, 16, 239, 240]
+    v[0, :] = [241, 255, 128, 1]
+    out = np.full(h * w * 3 // 2, 7, np.uint8)
+    work = np.full(h * w * 3 // 2, 7, np.uint16)
+    full_range_420((y, u, v), out, work)
+    want = np.concatenate(
+        [
+            full_range(y).ravel(),
+            full_range(u, CHROMA_STRETCH).ravel(),
+            full_range(v, CHROMA_STRETCH).ravel(),
+        ]
+    )
+    assert out.tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("workers", [1, 2])
