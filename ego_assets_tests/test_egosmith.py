@@ -495,7 +495,13 @@ def test_a_frames_three_planes_stretched_at_once_are_each_planes_stretch():
     v[0, :] = [241, 255, 128, 1]
     out = np.full(h * w * 3 // 2, 7, np.uint8)
     work = np.full(h * w * 3 // 2, 7, np.uint16)
-    full_range_420((y, u, v), out, work)
+    luma, chroma = h * w, h * w // 4
+    views = (
+        out[:luma].reshape(h, w),
+        out[luma : luma + chroma].reshape(h // 2, w // 2),
+        out[luma + chroma :].reshape(h // 2, w // 2),
+    )
+    full_range_420((y, u, v), views, out, work)
     want = np.concatenate(
         [
             full_range(y).ravel(),

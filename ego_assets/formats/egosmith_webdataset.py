@@ -185,50 +185,45 @@ def full_range(
     out = np.clip(plane, np.uint8(lo), np.uint8(hi), out=out)
     if work is None:
         work = np.empty(out.shape, dtype=np.uint16)
-    mul, add = _terms(stretch)
-    np.copyto(work, out)  # a plain cast: numpy's mixed-type multiply is 4x slower
-    work *= mul
-    work += add
-    work >>= np.uint16(8)
-    np.copyto(out, work, casting="unsafe")
+    _stretch_clipped(out, work, ((..., stretch),))
     return out
 
 
-def _terms(stretch: tuple[int, int, int, int]) -> tuple[np.uint16, np.uint16]:
-    """(mul, add - lo * mul modulo 2**16) of ``stretch`` as numpy scalars (Python ints
-    make numpy check their range on every call). Modulo 2**16: the true value fits in 16
-    bits, so the wrapped products and sums land on it exactly (one pass fewer than
-    subtracting lo first)."""
-    lo, _, mul, add = stretch
-    return np.uint16(mul), np.uint16((add - lo * mul) % 2**16)
-
-
 def full_range_420(
-    planes: tuple[np.ndarray, np.ndarray, np.ndarray], out: np.ndarray, work: np.ndarray
+    planes: tuple[np.ndarray, np.ndarray, np.ndarray],
+    out: tuple[np.ndarray, np.ndarray, np.ndarray],
+    buffer: np.ndarray,
+    work: np.ndarray,
 ) -> None:
-    """`full_range` of the Y, U and V planes of a limited-range 4:2:0 frame into ``out``
-    (uint8: Y, then U, then V, each C-contiguous), ``work`` (uint16, as long) the room for
-    the arithmetic. The same values as three `full_range` calls in about half the numpy
-    calls (U and V share theirs): most of a small frame's cost is the calls."""
-    luma = planes[0].size
-    start = 0
-    for plane, (lo, hi, _, _) in zip(
-        planes, (LUMA_STRETCH, CHROMA_STRETCH, CHROMA_STRETCH), strict=True
+    """`full_range` of the Y, U and V planes of a limited-range 4:2:0 frame into ``out``:
+    C-contiguous views of ``buffer`` (uint8: Y, then U, then V), ``work`` (uint16, as
+    long) the room for the arithmetic. The same values as three `full_range` calls in
+    about half the numpy calls (U and V share theirs): most of a small frame's cost is
+    the calls."""
+    for plane, view, (lo, hi, _, _) in zip(
+        planes, out, (LUMA_STRETCH, CHROMA_STRETCH, CHROMA_STRETCH), strict=True
     ):
-        np.clip(
-            plane,
-            np.uint8(lo),
-            np.uint8(hi),
-            out=out[start : start + plane.size].reshape(plane.shape),
-        )
-        start += plane.size
-    np.copyto(work, out)
-    for part, stretch in ((slice(0, luma), LUMA_STRETCH), (slice(luma, None), CHROMA_STRETCH)):
-        mul, add = _terms(stretch)
-        work[part] *= mul
-        work[part] += add
+        np.clip(plane, np.uint8(lo), np.uint8(hi), out=view)
+    luma = planes[0].size
+    parts = ((slice(0, luma), LUMA_STRETCH), (slice(luma, None), CHROMA_STRETCH))
+    _stretch_clipped(buffer, work, parts)
+
+
+def _stretch_clipped(
+    levels: np.ndarray, work: np.ndarray, parts: tuple[tuple[Any, tuple[int, ...]], ...]
+) -> None:
+    """Clipped limited-range ``levels`` (uint8) stretched to full range in place, each
+    ``(index, stretch)`` of ``parts`` with its own ``stretch``; ``work``: uint16, of the
+    shape of ``levels``. ``((v - lo) * mul + add) >> 8`` as ``v * mul + (add - lo * mul)``
+    modulo 2**16 (the true value fits in 16 bits, so the wrapped products and sums land on
+    it exactly: one pass fewer than subtracting lo first), in numpy scalars (Python ints
+    make numpy check their range on every call)."""
+    np.copyto(work, levels)  # a plain cast: numpy's mixed-type multiply is 4x slower
+    for index, (lo, _, mul, add) in parts:
+        work[index] *= np.uint16(mul)
+        work[index] += np.uint16((add - lo * mul) % 2**16)
     work >>= np.uint16(8)
-    np.copyto(out, work, casting="unsafe")
+    np.copyto(levels, work, casting="unsafe")
 
 
 _SCRATCH = threading.local()
@@ -269,18 +264,16 @@ def encode_jpeg(frame: av.VideoFrame, quality: int) -> bytes:
         luma, chroma = h * w, (h // 2) * (w // 2)
         sources = frame.planes  # PyAV builds every plane object anew on each access
         src = (_plane(sources[0]), _plane(sources[1]), _plane(sources[2]))
-        if not _PLANAR_FORMATS[name] and frame.color_range != _RANGE_JPEG:
-            full_range_420(src, planes, work)
-        else:
-            for plane, start, size in zip(
-                src, (0, luma, luma + chroma), (luma, chroma, chroma), strict=True
-            ):
-                np.copyto(planes[start : start + size].reshape(plane.shape), plane)
         out = (
             planes[:luma].reshape(h, w),
             planes[luma : luma + chroma].reshape(h // 2, w // 2),
             planes[luma + chroma :].reshape(h // 2, w // 2),
         )
+        if not _PLANAR_FORMATS[name] and frame.color_range != _RANGE_JPEG:
+            full_range_420(src, out, planes, work)
+        else:
+            for plane, view in zip(src, out, strict=True):
+                np.copyto(view, plane)
         return bytes(simplejpeg.encode_jpeg_yuv_planes(*out, quality=quality))
     rgb = frame.to_ndarray(format="rgb24")
     return bytes(simplejpeg.encode_jpeg(rgb, quality=quality, colorspace="RGB"))
